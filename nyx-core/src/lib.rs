@@ -1,0 +1,32 @@
+//! # nyx-core: the foundations every NyxNet crate stands on
+//!
+//! What it is for:
+//!
+//! * [`buf`]: fixed-size buffer pools for cells and datagrams, bounded in memory, sharded per
+//!   thread, with no heap allocation per acquire/release in steady state.
+//! * [`rate`]: a lock-free GCRA rate limiter in one atomic word, and a keyed limiter (per peer,
+//!   per IP prefix, per circuit) whose memory strangers cannot grow.
+//! * [`id`]: [`NodeId`], [`CircuitId`], [`StreamId`].
+//! * [`time`]: the [`Timestamp`] that sans-IO code takes as `now`, and a [`CoarseClock`] a
+//!   driver ticks so the data path never reads the system clock.
+//! * [`config`]: typed node configuration with documented defaults and validation (serde
+//!   derives behind the `serde` feature).
+//!
+//! What it is not for: cryptography (nyx-crypto), error correction (nyx-fec), sockets
+//! (nyx-transport), or anything that spawns tasks, reads clocks on its own, or does I/O. It
+//! depends on no async runtime.
+//!
+//! [`CoarseClock`]: time::CoarseClock
+
+#![forbid(unsafe_code)]
+
+pub mod buf;
+pub mod config;
+mod error;
+pub mod id;
+pub mod rate;
+pub mod time;
+
+pub use error::{Error, Result};
+pub use id::{CircuitId, NodeId, StreamId};
+pub use time::Timestamp;
