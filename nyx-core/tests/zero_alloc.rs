@@ -74,7 +74,7 @@ fn pool_acquire_release_allocates_nothing_once_warm() {
     })
     .unwrap();
     let mut held: Vec<PooledBuf> = Vec::with_capacity(64);
-    let mut cycle = |held: &mut Vec<PooledBuf>| {
+    let cycle = |held: &mut Vec<PooledBuf>| {
         for round in 0..1000usize {
             let mut b = pool.acquire().unwrap();
             b[0] = round as u8;
