@@ -109,9 +109,12 @@ fn rate_limiter(c: &mut Criterion) {
     let shared = Limiter::new(generous());
     g.bench_function("contended", |b| {
         b.iter_custom(|iters| {
-            two_threads(|| {
-                for _ in 0..iters {
-                    black_box(shared.check(clock.now()).is_ok());
+            owned_threads(2, |_| {
+                let (shared, clock) = (&shared, clock.clone());
+                move || {
+                    for _ in 0..iters {
+                        black_box(shared.check(clock.now()).is_ok());
+                    }
                 }
             })
         })
@@ -120,47 +123,18 @@ fn rate_limiter(c: &mut Criterion) {
     let ids = node_ids(2000);
     g.bench_function("contended_keyed/1000", |b| {
         b.iter_custom(|iters| {
-            let half = thread_half();
-            two_threads(|| {
-                let mine = &ids[half.next() * 1000..][..1000];
-                for i in 0..iters as usize {
-                    black_box(keyed.check(&mine[i % 1000], clock.now()).is_ok());
+            owned_threads(2, |half| {
+                let (keyed, clock) = (&keyed, clock.clone());
+                let mine = &ids[half * 1000..][..1000];
+                move || {
+                    for i in 0..iters as usize {
+                        black_box(keyed.check(&mine[i % 1000], clock.now()).is_ok());
+                    }
                 }
             })
         })
     });
     g.finish();
-}
-
-/// Hands out 0 then 1 to the two threads of one `two_threads` run.
-fn thread_half() -> Arc<std::sync::atomic::AtomicUsize> {
-    Arc::new(std::sync::atomic::AtomicUsize::new(0))
-}
-
-trait NextHalf {
-    fn next(&self) -> usize;
-}
-
-impl NextHalf for Arc<std::sync::atomic::AtomicUsize> {
-    fn next(&self) -> usize {
-        self.fetch_add(1, Ordering::Relaxed) % 2
-    }
-}
-
-/// Run `work` on two threads at once, started together; returns the wall time of the slower.
-fn two_threads(work: impl Fn() + Sync) -> Duration {
-    let start = Barrier::new(2);
-    thread::scope(|s| {
-        let run = || {
-            start.wait();
-            let t = Instant::now();
-            work();
-            t.elapsed()
-        };
-        let h = s.spawn(run);
-        let mine = run();
-        mine.max(h.join().expect("bench thread"))
-    })
 }
 
 fn memory(c: &mut Criterion) {
@@ -180,41 +154,67 @@ fn memory(c: &mut Criterion) {
     }
     g.finish();
 
-    // Two threads acquiring and releasing from one pool at once, against one thread alone.
+    // Threads acquiring and releasing from one pool at once. Every worker is a fresh thread
+    // that owns its pool handle, so the 1- and 2-thread cases differ only in the thread count
+    // (a worker reading through references into another thread's stack measures false sharing
+    // of that stack, not the pool).
     let mut g = c.benchmark_group("memory/contended");
     let pool = BufferPool::new(PoolConfig {
         prealloc: 16,
         ..PoolConfig::new(1280)
     })
     .expect("pool");
-    g.bench_function("pool/1280/1_thread", |b| {
-        b.iter_custom(|iters| {
-            let t = Instant::now();
-            for _ in 0..iters {
-                black_box(pool.acquire().expect("buffer"));
-            }
-            t.elapsed()
-        })
-    });
-    g.bench_function("pool/1280/2_threads", |b| {
-        b.iter_custom(|iters| {
-            two_threads(|| {
-                for _ in 0..iters {
-                    black_box(pool.acquire().expect("buffer"));
-                }
+    for threads in [1usize, 2] {
+        g.bench_function(format!("pool/1280/{threads}_thread"), |b| {
+            b.iter_custom(|iters| {
+                owned_threads(threads, |_| {
+                    let pool = pool.clone();
+                    move || {
+                        for _ in 0..iters {
+                            black_box(pool.acquire().expect("buffer"));
+                        }
+                    }
+                })
             })
-        })
-    });
-    g.bench_function("vec_baseline/1280/2_threads", |b| {
-        b.iter_custom(|iters| {
-            two_threads(|| {
-                for _ in 0..iters {
-                    black_box(Vec::<u8>::with_capacity(1280));
-                }
+        });
+        g.bench_function(format!("vec_baseline/1280/{threads}_thread"), |b| {
+            b.iter_custom(|iters| {
+                owned_threads(threads, |_| {
+                    move || {
+                        for _ in 0..iters {
+                            black_box(Vec::<u8>::with_capacity(1280));
+                        }
+                    }
+                })
             })
-        })
-    });
+        });
+    }
     g.finish();
+}
+
+/// Run `n` fresh threads, each on its own closure from `make(index)`, started together; returns
+/// the wall time of the slowest.
+fn owned_threads<W: FnOnce() + Send>(n: usize, make: impl Fn(usize) -> W) -> Duration {
+    let start = Barrier::new(n);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let work = make(i);
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let t = Instant::now();
+                    work();
+                    t.elapsed()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .max()
+            .unwrap_or_default()
+    })
 }
 
 /// N cell operations split over two threads: check the circuit's keyed limiter, acquire a cell
@@ -234,16 +234,19 @@ fn concurrent_operations(c: &mut Criterion) {
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
             b.iter_custom(|iters| {
-                let half = thread_half();
-                two_threads(|| {
-                    let offset = half.next() * 512;
-                    for _ in 0..iters {
-                        for i in 0..n / 2 {
-                            let id = circuits[offset + i % 512];
-                            if limiter.check(&id, ticker.clock.now()).is_ok() {
-                                let mut cell = pool.acquire().expect("buffer");
-                                cell[..4].copy_from_slice(&id.to_be_bytes());
-                                black_box(&cell[..4]);
+                owned_threads(2, |half| {
+                    let (pool, limiter, circuits) = (pool.clone(), &limiter, &circuits);
+                    let clock = ticker.clock.clone();
+                    move || {
+                        let mine = &circuits[half * 512..][..512];
+                        for _ in 0..iters {
+                            for i in 0..n / 2 {
+                                let id = mine[i % 512];
+                                if limiter.check(&id, clock.now()).is_ok() {
+                                    let mut cell = pool.acquire().expect("buffer");
+                                    cell[..4].copy_from_slice(&id.to_be_bytes());
+                                    black_box(&cell[..4]);
+                                }
                             }
                         }
                     }

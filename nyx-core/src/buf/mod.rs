@@ -90,7 +90,8 @@ impl PoolConfig {
 
 /// A pool of fixed-size buffers. Cloning yields another handle to the same pool; when the last
 /// handle is dropped the pool's idle memory is freed, and buffers still on loan are freed when
-/// they are dropped.
+/// they are dropped. (A thread's cache may keep up to one cache's worth of a closed pool's
+/// buffers until that thread exits or next sets up a cache for another pool.)
 #[derive(Clone)]
 pub struct BufferPool {
     /// Copies of `shared.id` and `shared.cache_cap` for the fast path.

@@ -20,7 +20,7 @@
 //! * a refused request learns the earliest time it would succeed ([`Denied::RetryAt`]);
 //! * a refused request consumes nothing.
 //!
-//! Time is an argument ([`Timestamp`]), never read inside: the data path passes a
+//! Time is an argument ([`Timestamp`](crate::Timestamp)), never read inside: the data path passes a
 //! [`CoarseClock`](crate::time::CoarseClock) reading, tests pass whatever they like.
 //!
 //! ```
