@@ -18,6 +18,13 @@ pub enum Error {
         max_buffers: usize,
     },
 
+    /// The system refused memory that a bounded structure was entitled to.
+    #[error("cannot allocate {bytes} bytes")]
+    AllocationFailed {
+        /// How much was asked for.
+        bytes: usize,
+    },
+
     /// A length larger than the buffer was requested.
     #[error("length {requested} exceeds the buffer capacity of {capacity} bytes")]
     LengthExceedsCapacity {

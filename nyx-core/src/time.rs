@@ -16,6 +16,18 @@ use std::time::{Duration, Instant};
 ///
 /// Timestamps from different origins must not be compared. 64 bits of nanoseconds cover
 /// 584 years, so arithmetic saturates instead of wrapping and never panics.
+///
+/// ```
+/// use nyx_core::Timestamp;
+/// use std::time::Duration;
+///
+/// let start = Timestamp::ZERO;                      // a simulation starts here
+/// let deadline = start + Duration::from_millis(250);
+/// assert_eq!(deadline, Timestamp::from_millis(250));
+/// assert_eq!(deadline.saturating_duration_since(start), Duration::from_millis(250));
+/// assert_eq!(start.checked_duration_since(deadline), None); // never a panic
+/// assert_eq!(deadline.to_string(), "0.250000000s");
+/// ```
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);
 

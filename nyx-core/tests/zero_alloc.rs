@@ -68,20 +68,28 @@ fn the_counter_sees_allocations() {
 
 #[test]
 fn pool_acquire_release_allocates_nothing_once_warm() {
-    let pool = BufferPool::new(PoolConfig {
-        max_bytes: 64 * 1280,
-        ..PoolConfig::new(1280)
-    })
-    .unwrap();
+    // 64 buffers (a thread cache of 1) and the default 64 MiB (a thread cache of 32).
+    for config in [
+        PoolConfig {
+            max_bytes: 64 * 1280,
+            ..PoolConfig::new(1280)
+        },
+        PoolConfig::new(1280),
+    ] {
+        pool_cycle_allocates_nothing(BufferPool::new(config).unwrap());
+    }
+}
+
+fn pool_cycle_allocates_nothing(pool: BufferPool) {
     let mut held: Vec<PooledBuf> = Vec::with_capacity(64);
     let cycle = |held: &mut Vec<PooledBuf>| {
         for round in 0..1000usize {
-            let mut b = pool.acquire().unwrap();
+            let mut b = pool.acquire().expect("a buffer");
             b[0] = round as u8;
             b.truncate(100 + round % 1000);
             drop(b);
             // Hold up to 32 buffers at a time, releasing in a different order.
-            held.push(pool.acquire().unwrap());
+            held.push(pool.acquire().expect("a buffer"));
             if held.len() == 32 {
                 while let Some(b) = held.pop() {
                     drop(b);

@@ -5,6 +5,10 @@
 //! the stack is empty it refills half of it from the pool's global list in one locked batch;
 //! when full it spills half back the same way. The cache publishes its length with a plain
 //! store so that `stats()` can count it. A thread that exits gives its buffers back.
+//!
+//! How much caches may hold is bounded per pool: each gets at most `cache_cap` buffers, and
+//! only as many caches get room as can together hold a quarter of the pool; later threads get
+//! an entry with no room, which passes buffers straight through to the global list.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -16,10 +20,9 @@ use super::shared::Shared;
 /// acquire and release by its own thread).
 #[repr(align(128))]
 struct ThreadCache {
-    /// Copies of the pool's immutable id and sizing, so the fast path reads only this line.
+    /// Copies of the pool id and of the room granted, so the fast path reads only this line.
     id: u64,
     cap: usize,
-    zero_on_release: bool,
     shared: Arc<Shared>,
     bufs: Vec<Box<[u8]>>,
     /// `bufs.len()` as last published, read by `stats()` on other threads.
@@ -38,12 +41,11 @@ thread_local! {
 impl ThreadCache {
     fn new(shared: Arc<Shared>) -> Self {
         let published = Arc::new(PublishedLen::default());
-        shared.register_cache(Arc::clone(&published));
+        let cap = shared.register_cache(&published);
         ThreadCache {
             id: shared.id,
-            cap: shared.cache_cap,
-            zero_on_release: shared.zero_on_release,
-            bufs: Vec::with_capacity(shared.cache_cap),
+            cap,
+            bufs: Vec::with_capacity(cap),
             shared,
             published,
         }
@@ -60,8 +62,7 @@ impl ThreadCache {
             self.publish();
             return Some(b);
         }
-        let batch = (self.cap / 2).max(1);
-        if self.shared.take_batch(&mut self.bufs, batch) > 0 {
+        if self.cap > 1 && self.shared.take_batch(&mut self.bufs, self.cap / 2) > 0 {
             let b = self.bufs.pop();
             self.publish();
             return b;
@@ -69,21 +70,18 @@ impl ThreadCache {
         self.shared.take_one()
     }
 
-    /// Keep a released buffer, spilling half the cache to the pool when full. Buffers of a
-    /// pool without thread caches, or of a closed pool, go straight back (or are freed).
+    /// Keep a released buffer, spilling half the cache to the pool when full. An entry
+    /// without room passes the buffer straight to the pool.
     #[inline]
-    fn release(&mut self, mut buf: Box<[u8]>) {
+    fn release(&mut self, buf: Box<[u8]>) {
         let cap = self.cap;
         if cap == 0 {
             self.shared.return_one(buf);
             return;
         }
-        if self.zero_on_release {
-            buf.fill(0);
-        }
         if self.bufs.len() >= cap {
-            // Spilling checks whether the pool closed: a closed pool's buffers are freed
-            // here, so a cache never keeps more than `cap` of them.
+            // The pool checks under its lock whether it closed: a closed pool's buffers are
+            // freed here, so a cache never keeps more than `cap` of them.
             self.shared.give_back(self.bufs.drain(cap / 2..));
         }
         self.bufs.push(buf);
@@ -99,9 +97,10 @@ impl Drop for ThreadCache {
     }
 }
 
+/// Run `f` on this thread's cache for pool `id`, creating it (from `shared()`) on first use.
+/// `None` when thread-local storage is unavailable (thread teardown), already borrowed, or
+/// `shared()` finds no pool.
 #[inline]
-/// Run `f` on this thread's cache for `shared`'s pool, creating it on first use. `None` when
-/// thread-local storage is unavailable (thread teardown) or already borrowed.
 fn with_cache<R>(
     id: u64,
     shared: impl FnOnce() -> Option<Arc<Shared>>,
@@ -114,7 +113,7 @@ fn with_cache<R>(
                 Some(i) => i,
                 None => {
                     // Slow path: forget caches of closed pools, then make one for this pool.
-                    caches.retain(|c| !c.shared.closed.load(Ordering::Relaxed));
+                    caches.retain(|c| !c.shared.is_closed());
                     caches.push(ThreadCache::new(shared()?));
                     caches.len() - 1
                 }

@@ -16,13 +16,15 @@
 //! * **Per-thread free lists.** Each thread keeps a small cache of idle buffers per pool, so
 //!   acquire and release take no lock and do no atomic read-modify-write; caches exchange
 //!   buffers with the pool's global list in locked batches of half a cache. A cache holds at
-//!   most `max_buffers / 64` buffers (at most 32; pools under 64 buffers have none), and those
-//!   are invisible to other threads: another thread can see [`Error::PoolExhausted`] while up
-//!   to that many sit idle in this thread's cache (the memory cap itself is exact).
-//!   [`BufferPool::flush_thread_cache`] hands them back early; a thread that exits hands them
-//!   back on its own.
+//!   most `max_buffers / 64` buffers (at most 32; pools under 64 buffers have none), and only
+//!   as many threads get a cache as can together hold **a quarter of the pool**; later threads
+//!   go straight to the global list. Buffers idle in one thread's cache are invisible to the
+//!   others, so [`acquire`](BufferPool::acquire) can fail while up to a quarter of the pool
+//!   sits idle in caches (the memory cap itself is exact). [`BufferPool::flush_thread_cache`]
+//!   hands a thread's buffers back early; a thread that exits hands them back on its own.
 //! * **Contents are not cleared** between uses unless [`PoolConfig::zero_on_release`] is set:
-//!   a fresh handle holds whatever the previous user wrote. Pools for plaintext should set it.
+//!   a fresh handle holds whatever the previous user wrote. Pools for plaintext should set it;
+//!   then every handle is zeroed when dropped, whatever happens to the memory next.
 //!
 //! ```
 //! use nyx_core::buf::{BufferPool, PoolConfig};
@@ -60,18 +62,21 @@ mod tests;
 
 use shared::Shared;
 
+/// The largest buffer a pool hands out (1 GiB); larger sizes are refused at creation.
+pub const MAX_BUFFER_SIZE: usize = 1 << 30;
+
 /// How a [`BufferPool`] is sized.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
-    /// Size of every buffer in bytes. No default: cells are about 1.2 KiB, datagrams up to
-    /// 64 KiB.
+    /// Size of every buffer in bytes, at most [`MAX_BUFFER_SIZE`]. No default: cells are about
+    /// 1.2 KiB, datagrams up to 64 KiB.
     pub buffer_size: usize,
     /// Memory cap: the pool never owns more than `max_bytes / buffer_size` buffers.
     /// Default: 64 MiB.
     pub max_bytes: usize,
     /// Buffers allocated at creation so that even warm-up allocates nothing. Default: 0.
     pub prealloc: usize,
-    /// Overwrite each buffer with zeros when it comes back, so no data outlives its handle.
+    /// Overwrite each buffer with zeros when its handle is dropped, so no data outlives it.
     /// Costs a `memset` of `buffer_size` per release. Default: `false`.
     pub zero_on_release: bool,
 }
@@ -94,9 +99,10 @@ impl PoolConfig {
 /// buffers until that thread exits or next sets up a cache for another pool.)
 #[derive(Clone)]
 pub struct BufferPool {
-    /// Copies of `shared.id` and `shared.cache_cap` for the fast path.
+    /// Copies of immutable pool settings for the fast path.
     id: u64,
     cache_cap: usize,
+    zero_on_release: bool,
     shared: Arc<Shared>,
     /// Shared by all clones; closes the pool when the last one goes.
     _owner: Arc<Owner>,
@@ -140,8 +146,11 @@ impl BufferPool {
             what: "buffer pool",
             reason,
         };
-        if config.buffer_size == 0 {
-            return Err(invalid("buffer_size must be at least 1".to_owned()));
+        if config.buffer_size == 0 || config.buffer_size > MAX_BUFFER_SIZE {
+            return Err(invalid(format!(
+                "buffer_size {} is outside 1..={MAX_BUFFER_SIZE}",
+                config.buffer_size
+            )));
         }
         let max_buffers = config.max_bytes / config.buffer_size;
         if max_buffers == 0 {
@@ -156,15 +165,15 @@ impl BufferPool {
                 config.prealloc
             )));
         }
-        let shared = Shared::new(
-            config.buffer_size,
-            max_buffers,
-            config.prealloc,
-            config.zero_on_release,
-        );
+        let shared = Shared::new(config.buffer_size, max_buffers, config.prealloc).ok_or(
+            Error::AllocationFailed {
+                bytes: config.prealloc.saturating_mul(config.buffer_size),
+            },
+        )?;
         Ok(BufferPool {
             id: shared.id,
             cache_cap: shared.cache_cap,
+            zero_on_release: config.zero_on_release,
             _owner: Arc::new(Owner {
                 shared: Arc::clone(&shared),
             }),
@@ -174,7 +183,8 @@ impl BufferPool {
 
     /// Take a buffer. Its length is the full buffer size and its contents are unspecified
     /// (see [`PoolConfig::zero_on_release`]). Fails at once with [`Error::PoolExhausted`] when
-    /// every buffer the cap allows is in use.
+    /// the cap is reached and no idle buffer is reachable from this thread (every buffer is in
+    /// use, or idle in another thread's cache), or when the system refuses memory.
     #[inline]
     pub fn acquire(&self) -> Result<PooledBuf> {
         match cache::acquire(self.id, self.cache_cap, &self.shared) {
@@ -182,6 +192,7 @@ impl BufferPool {
                 len: data.len(),
                 data,
                 pool: self.id,
+                zero: self.zero_on_release,
             }),
             None => Err(Error::PoolExhausted {
                 buffer_size: self.shared.buffer_size,
@@ -237,6 +248,8 @@ pub struct PooledBuf {
     len: usize,
     /// The id of the pool the buffer returns to (no reference count is touched per buffer).
     pool: u64,
+    /// Zero the contents on drop (`PoolConfig::zero_on_release`).
+    zero: bool,
 }
 
 impl PooledBuf {
@@ -318,7 +331,13 @@ impl Drop for PooledBuf {
     #[inline]
     fn drop(&mut self) {
         // An empty boxed slice does not allocate.
-        cache::release(self.pool, std::mem::take(&mut self.data));
+        let mut data = std::mem::take(&mut self.data);
+        if self.zero {
+            // Here rather than in the pool, so it also happens when the memory is freed
+            // (closed pool, thread teardown).
+            data.fill(0);
+        }
+        cache::release(self.pool, data);
     }
 }
 

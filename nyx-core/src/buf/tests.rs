@@ -2,6 +2,8 @@
 
 use super::*;
 use proptest::prelude::*;
+use std::cell::RefCell;
+use std::sync::Mutex;
 
 fn pool(size: usize, max_buffers: usize) -> BufferPool {
     BufferPool::new(PoolConfig {
@@ -105,8 +107,10 @@ fn frozen_slices_keep_the_buffer_until_the_last_one_drops() {
 }
 
 #[test]
-fn buffers_move_between_threads_and_shards() {
+fn buffers_move_between_threads_without_caches() {
+    // 8 buffers: below 64, so no thread caches; every buffer goes through the global list.
     let p = pool(32, 8);
+    assert_eq!(p.shared.cache_cap, 0);
     let held: Vec<_> = std::thread::scope(|s| {
         s.spawn(|| (0..8).map(|_| p.acquire().unwrap()).collect())
             .join()
@@ -114,14 +118,14 @@ fn buffers_move_between_threads_and_shards() {
     });
     assert!(p.acquire().is_err());
     drop(held);
-    // Released here into the other thread's shard; this thread must still find them all.
+    // Released on this thread after the other one exited; all must be found again.
     let again: Vec<_> = (0..8).map(|_| p.acquire().unwrap()).collect();
     assert_eq!(again.len(), 8);
     assert_eq!(p.stats().allocated, 8);
 }
 
 #[test]
-fn prealloc_is_spread_and_counted() {
+fn prealloc_is_counted() {
     let p = BufferPool::new(PoolConfig {
         max_bytes: 10 * 4,
         prealloc: 7,
@@ -216,7 +220,8 @@ fn thread_cache_serves_and_counts_buffers() {
     let s = p.stats();
     assert_eq!((s.allocated, s.idle, s.in_use()), (40, 40, 0));
     // The cache keeps at most its cap; the rest went back to the global list.
-    assert!(p.shared.idle() >= 40 - p.shared.cache_cap);
+    assert!(p.shared.global_idle() >= 40 - p.shared.cache_cap);
+    assert!(p.shared.global_idle() < 40, "the thread cache kept some");
 }
 
 #[test]
@@ -261,9 +266,14 @@ fn idle_buffers_in_another_threads_cache_need_a_flush() {
     );
     p.flush_thread_cache();
     let got = std::thread::scope(|s| {
-        s.spawn(|| (0..128).filter_map(|_| p.acquire().ok()).count())
-            .join()
-            .unwrap()
+        s.spawn(|| {
+            (0..128)
+                .filter_map(|_| p.acquire().ok())
+                .collect::<Vec<_>>()
+                .len()
+        })
+        .join()
+        .unwrap()
     });
     assert_eq!(
         got, 128,
@@ -274,20 +284,34 @@ fn idle_buffers_in_another_threads_cache_need_a_flush() {
 #[test]
 fn buffers_outliving_their_pool_are_freed() {
     let p = cached_pool(256);
-    let id = p.shared.id;
+    let shared = Arc::clone(&p.shared);
     let held: Vec<_> = (0..10).map(|_| p.acquire().unwrap()).collect();
     let frozen = p.acquire().unwrap().freeze();
     drop(p);
     assert!(
-        Shared::find(id).is_none(),
+        Shared::find(shared.id).is_none(),
         "a closed pool leaves the registry"
     );
+    assert_eq!(shared.global_idle(), 0, "closing freed the idle memory");
     drop(held);
     assert_eq!(frozen.len(), 16);
     drop(frozen);
-    // A later pool on this thread does not get the old pool's buffers.
+    // At most one cache's worth waits in this thread's cache for the closed pool...
+    assert_eq!(
+        shared.global_idle(),
+        0,
+        "nothing slipped back into the closed pool"
+    );
+    assert!(shared.idle() <= shared.cache_cap);
+    // ...until this thread sets up a cache for another pool, which prunes it.
     let q = cached_pool(256);
-    assert_eq!(q.stats().allocated, 0);
+    drop(q.acquire().unwrap());
+    assert_eq!(shared.idle(), 0);
+    assert_eq!(
+        Arc::strong_count(&shared),
+        1,
+        "no cache keeps the closed pool alive"
+    );
 }
 
 #[test]
@@ -313,5 +337,143 @@ fn frozen_buffer_dropped_on_another_thread_comes_back() {
     assert!(p.acquire().is_err());
     std::thread::scope(|s| s.spawn(move || drop(all)).join().unwrap());
     assert_eq!(p.stats().in_use(), 0);
-    assert_eq!((0..64).filter_map(|_| p.acquire().ok()).count(), 64);
+    assert_eq!(
+        (0..64)
+            .filter_map(|_| p.acquire().ok())
+            .collect::<Vec<_>>()
+            .len(),
+        64
+    );
+}
+
+#[test]
+fn caches_together_hold_at_most_a_quarter_of_the_pool() {
+    let p = cached_pool(64); // cache cap 1: at most 16 caches get room
+    let parked = std::sync::Barrier::new(33);
+    // Measure while the 32 threads are parked, assert after they are released: a failed
+    // assertion inside the scope would leave them waiting forever.
+    let (cached, reachable) = std::thread::scope(|s| {
+        for _ in 0..32 {
+            s.spawn(|| {
+                drop(p.acquire().unwrap()); // leaves its buffer in this thread's cache, if any
+                parked.wait(); // stay alive while the main thread counts
+                parked.wait();
+            });
+        }
+        parked.wait();
+        let cached = p.stats().idle - p.shared.global_idle();
+        let held: Vec<_> = (0..64).filter_map(|_| p.acquire().ok()).collect();
+        parked.wait();
+        (cached, held.len())
+    });
+    assert!(cached <= 16, "{cached} buffers idle in thread caches");
+    assert!(reachable >= 48, "only {reachable} of 64 buffers reachable");
+}
+
+/// Four threads acquire, fill, check, freeze, hand over to each other and release buffers of
+/// a small cached pool at random; no buffer is ever shared, the cap holds, and all come back.
+#[test]
+fn stress_four_threads_passing_buffers_around() {
+    let p = cached_pool(128); // cache cap 2; all four threads get a cache
+    let bag: Mutex<Vec<(PooledBuf, u8)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (p, bag) = (&p, &bag);
+                s.spawn(move || {
+                    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                    let mut held: Vec<(PooledBuf, u8)> = Vec::new();
+                    for i in 0..20_000u32 {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let tag = (i as u8) ^ ((t as u8) << 6);
+                        match rng % 6 {
+                            0 | 1 => {
+                                if let Ok(mut b) = p.acquire() {
+                                    b.fill(tag);
+                                    held.push((b, tag));
+                                }
+                            }
+                            2 => drop(held.pop()),
+                            3 => {
+                                if let Some((b, tag)) = held.pop() {
+                                    let frozen = b.freeze();
+                                    assert!(frozen.iter().all(|&x| x == tag), "buffer shared");
+                                    drop(frozen.clone());
+                                }
+                            }
+                            4 => {
+                                if let Some(item) = held.pop() {
+                                    bag.lock().unwrap().push(item);
+                                }
+                            }
+                            _ => {
+                                let taken = bag.lock().unwrap().pop();
+                                if let Some((b, tag)) = taken {
+                                    assert!(
+                                        b.iter().all(|&x| x == tag),
+                                        "handed-over buffer changed"
+                                    );
+                                }
+                            }
+                        }
+                        for (b, tag) in &held {
+                            assert!(b.iter().all(|x| x == tag), "buffer shared");
+                        }
+                        assert!(p.stats().allocated <= 128);
+                    }
+                })
+            })
+            .collect();
+        // An explicit join also waits for thread-local destructors (the caches).
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
+    bag.lock().unwrap().clear();
+    // Every worker has exited, so its cache came back.
+    let stats = p.stats();
+    assert!(stats.allocated <= 128);
+    assert_eq!(
+        (stats.in_use(), stats.idle),
+        (0, stats.allocated),
+        "{stats:?}"
+    );
+    // What the bag held was dropped on this thread and sits in its cache until flushed.
+    p.flush_thread_cache();
+    assert_eq!(p.shared.global_idle(), stats.allocated);
+}
+
+/// A buffer dropped by another thread-local's destructor, possibly after this thread's pool
+/// caches are gone, still returns to the pool.
+#[test]
+fn release_during_thread_teardown_returns_the_buffer() {
+    struct Holder(RefCell<Option<PooledBuf>>);
+    thread_local! {
+        static HOLDER: Holder = const { Holder(RefCell::new(None)) };
+    }
+    for p in [pool(16, 8), cached_pool(4096)] {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Registered before the pool's thread cache, so destroyed after it.
+                HOLDER.with(|h| *h.0.borrow_mut() = Some(p.acquire().unwrap()));
+                drop(p.acquire().unwrap());
+            })
+            .join()
+            .unwrap();
+        });
+        assert_eq!(p.stats().in_use(), 0, "{:?}", p.stats());
+    }
+}
+
+#[test]
+fn absurd_buffer_sizes_are_refused() {
+    let err = BufferPool::new(PoolConfig {
+        max_bytes: usize::MAX,
+        ..PoolConfig::new(1 << 63)
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("outside 1..="), "{err}");
+    assert!(BufferPool::new(PoolConfig::new(MAX_BUFFER_SIZE + 1)).is_err());
 }

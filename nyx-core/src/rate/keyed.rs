@@ -20,9 +20,11 @@ const MAX_SHARDS: usize = 64;
 ///
 /// * Every key gets the same [`Quota`], with the semantics of the [module docs](crate::rate).
 /// * A key is **idle** once its limiter is full again (its theoretical arrival time has
-///   passed). An idle key's state equals that of a key never seen, so idle keys are forgotten
-///   without changing any decision: [`retain_recent`](Self::retain_recent) sweeps them, and a
-///   full table sweeps itself before refusing a new key.
+///   passed). An idle key's state equals that of a key never seen, so idle keys are forgotten:
+///   [`retain_recent`](Self::retain_recent) sweeps them, and a full shard sweeps itself
+///   before refusing a new key. A key that is new to a shard starts as if it had been idle
+///   since that shard's latest sweep, so forgetting never admits more than remembering would,
+///   even for a caller whose `now` lags behind the sweeper's.
 /// * At most `max_keys` keys are held (split evenly over the shards). When a shard is full of
 ///   keys that are all still limited, a *new* key is refused with [`Denied::TableFull`]: the
 ///   limiter fails closed rather than grow or forget a debt. Known keys are unaffected. A full
@@ -31,8 +33,8 @@ const MAX_SHARDS: usize = 64;
 /// * Keys are hashed with a per-instance random SipHash key, so strangers cannot aim their
 ///   keys at one shard or one bucket chain.
 ///
-/// Checks on known keys and on new keys in a shard below its cap allocate nothing once the
-/// table has grown; memory never exceeds what `max_keys` entries need.
+/// Checks on known keys allocate nothing; a new key may grow its shard's table, never beyond
+/// what `max_keys` entries need.
 ///
 /// ```
 /// use nyx_core::rate::{Denied, KeyedLimiter, Quota};
@@ -66,8 +68,10 @@ struct Shard<K> {
 struct ShardState<K> {
     /// `(key, theoretical arrival time in ns)`.
     table: HashTable<(K, u64)>,
-    /// While the shard is full of busy keys: no key can be idle before this time (ns).
+    /// No key of this shard can be idle before this time (ns): a lower bound on every tat.
     no_sweep_before: u64,
+    /// The latest `now` (ns) of any sweep of this shard: keys new to the shard start here.
+    swept_up_to: u64,
 }
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
@@ -97,6 +101,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter<K, S> {
                 state: Mutex::new(ShardState {
                     table: HashTable::new(),
                     no_sweep_before: 0,
+                    swept_up_to: 0,
                 }),
             })
             .collect();
@@ -116,7 +121,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter<K, S> {
 
     /// The most keys this limiter holds at once.
     pub fn max_keys(&self) -> usize {
-        self.keys_per_shard * self.shards.len()
+        self.keys_per_shard.saturating_mul(self.shards.len())
     }
 
     /// Admit one token for `key` at `now`.
@@ -135,11 +140,13 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter<K, S> {
             *tat = self.quota.decide(*tat, now, n)?;
             return Ok(());
         }
-        // A key never seen, or forgotten while idle: it starts with a full burst.
-        let new_tat = self.quota.decide(0, now, n)?;
+        // A key never seen, or forgotten while idle: it has been idle at least since the
+        // shard's latest sweep, and no longer (which matters to callers whose `now` lags).
         if shard.table.len() >= self.keys_per_shard && !shard.sweep(now, self.keys_per_shard) {
             return Err(Denied::TableFull);
         }
+        let new_tat = self.quota.decide(shard.swept_up_to, now, n)?;
+        shard.no_sweep_before = shard.no_sweep_before.min(new_tat);
         shard
             .table
             .insert_unique(hash, (key.clone(), new_tat), |(k, _)| {
@@ -158,6 +165,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter<K, S> {
                 let mut state = lock(s);
                 let before = state.table.len();
                 state.table.retain(|(_, tat)| *tat > now);
+                state.swept_up_to = state.swept_up_to.max(now);
                 state.no_sweep_before = 0;
                 before - state.table.len()
             })
@@ -189,8 +197,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter<K, S> {
 }
 
 impl<K> ShardState<K> {
-    /// Drop idle keys; `true` if that left room below `limit`. While the shard is full of busy
-    /// keys, further sweeps are skipped until the earliest of them can have become idle.
+    /// Drop idle keys; `true` if that left room below `limit`. Skipped (returning `false`)
+    /// while no key can be idle yet, so a full shard of busy keys refuses in O(1).
     fn sweep(&mut self, now: u64, limit: usize) -> bool {
         if now < self.no_sweep_before {
             return false;
@@ -203,9 +211,9 @@ impl<K> ShardState<K> {
             }
             busy
         });
-        let room = self.table.len() < limit;
-        self.no_sweep_before = if room { 0 } else { earliest };
-        room
+        self.swept_up_to = self.swept_up_to.max(now);
+        self.no_sweep_before = earliest;
+        self.table.len() < limit
     }
 }
 
@@ -308,44 +316,101 @@ mod tests {
         assert!(l.shards.len().is_power_of_two() && l.shards.len() <= MAX_SHARDS);
     }
 
+    #[test]
+    fn forgetting_a_key_never_helps_a_caller_with_a_stale_now() {
+        let l = one_per_sec(5, 100);
+        assert!(l.check_n(&1, secs(10), 5).is_ok()); // busy until t=15
+        assert_eq!(l.retain_recent(secs(15)), 1); // a sweeper with a later reading
+        // A data-path thread still at t=10.5 must not get a second burst.
+        let stale = secs(10) + Duration::from_millis(500);
+        assert!(l.check_n(&1, stale, 5).is_err());
+        assert!(
+            l.check_n(&1, secs(15), 5).is_ok(),
+            "at the sweep's time the burst is back"
+        );
+    }
+
+    #[test]
+    fn remove_does_not_leave_a_stale_sweep_bound() {
+        let l = one_per_sec(5, 2);
+        assert_eq!(l.shards.len(), 1);
+        assert!(l.check_n(&1, secs(0), 5).is_ok()); // busy until 5 s
+        assert!(l.check_n(&2, secs(0), 5).is_ok());
+        assert_eq!(l.check(&3, secs(1)), Err(Denied::TableFull));
+        l.remove(&1);
+        assert!(l.check(&3, secs(1)).is_ok()); // busy until 2 s
+        // Key 3 is idle from 2 s on, so key 4 must find room at 3 s.
+        assert!(l.check(&4, secs(3)).is_ok());
+    }
+
+    #[test]
+    fn huge_max_keys_does_not_overflow() {
+        let l = KeyedLimiter::<u8>::new(Quota::per_second(1).unwrap(), usize::MAX).unwrap();
+        assert_eq!(l.max_keys(), usize::MAX);
+    }
+
+    #[test]
+    fn many_keys_spread_over_several_shards() {
+        let l = one_per_sec(1, 4096);
+        assert!(l.shards.len() > 1, "{} shards", l.shards.len());
+        for k in 0..2000 {
+            assert!(l.check(&k, secs(1)).is_ok(), "key {k}");
+        }
+        assert_eq!(l.len(), 2000);
+        let used = l
+            .shards
+            .iter()
+            .filter(|s| !lock(s).table.is_empty())
+            .count();
+        assert_eq!(used, l.shards.len(), "every shard holds keys");
+        assert_eq!(l.retain_recent(secs(2)), 2000);
+    }
+
     proptest! {
-        /// Keys are never held beyond the cap, idle keys are always evictable, and a key's
-        /// admissions over any window obey the quota even when it is forgotten in between.
+        /// With callers whose `now` lags the true time by up to 0.5 s, sweeps at the true time,
+        /// and more keys than fit: every key's admissions still obey the quota over every
+        /// stretch of its requests, keys are never held beyond the cap, a refusal for lack of
+        /// room happens only when no key is idle, and once all is idle a sweep empties the table.
         #[test]
-        fn bounded_and_correct_under_churn(
+        fn bounded_and_correct_under_churn_and_stale_clocks(
             max_keys in 1usize..40,
-            steps in proptest::collection::vec((0u64..300, 0u32..60, any::<bool>()), 1..400),
+            steps in proptest::collection::vec(
+                (0u64..300, 0u64..500, 0u32..60, any::<bool>()), 1..400),
         ) {
-            let interval = Duration::from_millis(100);
-            let l: KeyedLimiter<u32> = KeyedLimiter::new(Quota::per_interval(interval).unwrap().with_burst(3).unwrap(), max_keys).unwrap();
+            let t = Duration::from_millis(100).as_nanos() as i128;
+            let burst = 3i128;
+            let quota = Quota::per_interval(Duration::from_millis(100)).unwrap().with_burst(3).unwrap();
+            let l: KeyedLimiter<u32> = KeyedLimiter::new(quota, max_keys).unwrap();
+            prop_assert_eq!(l.shards.len(), 1);
             let mut now = Timestamp::ZERO;
-            let mut admitted: std::collections::HashMap<u32, Vec<u64>> = Default::default();
-            for (dt_ms, key, sweep) in steps {
+            let mut admitted: std::collections::HashMap<u32, Vec<i128>> = Default::default();
+            for (dt_ms, lag_ms, key, sweep) in steps {
                 now += Duration::from_millis(dt_ms);
                 if sweep {
                     l.retain_recent(now);
                 }
-                match l.check(&key, now) {
-                    Ok(()) => admitted.entry(key).or_default().push(now.as_nanos()),
+                let seen = now.saturating_sub(Duration::from_millis(lag_ms));
+                match l.check(&key, seen) {
+                    Ok(()) => admitted.entry(key).or_default().push(i128::from(seen.as_nanos())),
                     Err(Denied::TableFull) => {
-                        // Refusal is only allowed while the key's shard really is full of busy keys.
-                        prop_assert!(l.len() >= l.keys_per_shard);
+                        prop_assert_eq!(l.len(), l.keys_per_shard);
+                        // Nothing was idle at the caller's time: a sweep then frees nothing.
+                        prop_assert_eq!(l.retain_recent(seen), 0);
                     }
-                    Err(Denied::RetryAt(at)) => prop_assert!(at > now),
+                    Err(Denied::RetryAt(at)) => prop_assert!(at > seen),
                     Err(other) => prop_assert!(false, "unexpected {other:?}"),
                 }
                 prop_assert!(l.len() <= l.max_keys());
             }
-            let t = interval.as_nanos() as u64;
             for times in admitted.values() {
                 for i in 0..times.len() {
                     for j in i..times.len() {
-                        let tokens = (j - i + 1) as u64;
-                        prop_assert!(tokens * t <= times[j] - times[i] + 3 * t);
+                        let tokens = (j - i + 1) as i128;
+                        prop_assert!(tokens * t <= times[j] - times[i] + burst * t,
+                            "{tokens} tokens between {} and {}", times[i], times[j]);
                     }
                 }
             }
-            // Once everything is idle a sweep empties the table.
             l.retain_recent(now + Duration::from_secs(1));
             prop_assert!(l.is_empty());
         }
