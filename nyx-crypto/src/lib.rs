@@ -1,13 +1,23 @@
 //! # nyx-crypto: keys, handshakes, sessions and onion layers for NyxNet
 //!
-//! What it will be for (issue 3): node identity and onion keys, the hybrid post-quantum
-//! handshake (X25519 + ML-KEM-768) for links and circuit hops as typestates, ChaCha20-Poly1305
-//! datagram sessions with explicit packet numbers and a replay window, and per-hop onion cell
-//! layers. Sans-IO: bytes in, bytes out.
+//! What it is for: everything cryptographic on NyxNet's links and circuits, sans-IO (bytes
+//! and `now` in, bytes out; no sockets, no clocks, no tasks).
 //!
-//! What it is not for: sockets, clocks, task spawning or wire framing of anything but its own
+//! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
+//!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
+//!   trip, sealing and opening in place.
+//!
+//! Not yet here (issue 3, in progress): node identity and onion keys, the hybrid X25519 +
+//! ML-KEM-768 link and circuit-hop handshakes that produce a session's secret, and onion cell
+//! layers. docs/protocol.md describes the design, marking what is built.
+//!
+//! What it is not for: sockets, clocks, task spawning, or framing of anything but its own
 //! messages.
-//!
-//! This crate has no API yet; nothing here should be relied on until issue 3 lands.
 
 #![forbid(unsafe_code)]
+
+mod error;
+pub mod replay;
+pub mod session;
+
+pub use error::Error;

@@ -1,0 +1,56 @@
+//! The one error type of nyx-crypto.
+
+/// Everything that can go wrong in nyx-crypto. Errors about received data say what was wrong
+/// without echoing secret material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A datagram is shorter than the fixed overhead.
+    #[error("datagram of {len} bytes is shorter than the {min}-byte minimum")]
+    Truncated {
+        /// Received length.
+        len: usize,
+        /// Header plus tag.
+        min: usize,
+    },
+    /// The caller's buffer cannot hold the header, payload and tag.
+    #[error("buffer of {capacity} bytes cannot hold {needed}")]
+    BufferTooSmall {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes available.
+        capacity: usize,
+    },
+    /// The payload exceeds what the AEAD can seal in one message (256 GiB for ChaCha20).
+    #[error("payload of {len} bytes is too long to seal")]
+    PayloadTooLong {
+        /// The payload length.
+        len: usize,
+    },
+    /// The packet failed authentication (wrong key, modified in transit, or forged).
+    #[error("packet failed authentication")]
+    AuthenticationFailed,
+    /// The packet number was already accepted.
+    #[error("packet {pn} was already received (replay)")]
+    Replayed {
+        /// The repeated packet number.
+        pn: u64,
+    },
+    /// The packet number is too far behind the newest one to be checked for replay.
+    #[error("packet {pn} is too old (newest is {highest})")]
+    TooOld {
+        /// The packet number received.
+        pn: u64,
+        /// The highest accepted so far.
+        highest: u64,
+    },
+    /// The packet names a key epoch the receiver does not hold.
+    #[error("packet uses key epoch {epoch}, which is neither current, previous nor next")]
+    UnknownEpoch {
+        /// The epoch byte received.
+        epoch: u8,
+    },
+    /// The sending direction used up its packet numbers (2⁶⁴): a new session is needed.
+    #[error("session exhausted its packet numbers")]
+    SessionExhausted,
+}
