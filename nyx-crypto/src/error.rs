@@ -50,6 +50,56 @@ pub enum Error {
         /// The epoch byte received.
         epoch: u8,
     },
+    /// The operating system's random number generator failed.
+    #[error("random number generator failed: {reason}")]
+    Random {
+        /// The system's description.
+        reason: String,
+    },
+    /// Bytes that should hold a public key are not a valid one.
+    #[error("invalid public key")]
+    InvalidPublicKey,
+    /// A signature does not verify for this key, context and message.
+    #[error("signature does not verify")]
+    BadSignature,
+    /// A key file could not be read or written.
+    #[error("key file {path}: {reason}")]
+    KeyFileIo {
+        /// The file.
+        path: String,
+        /// The system's description.
+        reason: String,
+    },
+    /// A key file is readable by group or others.
+    #[error(
+        "key file {path} has mode {mode:04o}; it must not be accessible to group or others (chmod 600)"
+    )]
+    KeyFilePermissions {
+        /// The file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A key file is damaged or not a key file.
+    #[error("key file {path} is corrupted: {reason}")]
+    KeyFileCorrupt {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A key file holds another kind of key.
+    #[error(
+        "key file {path} holds the wrong kind of key (expected kind {expected}, found {found})"
+    )]
+    KeyFileKind {
+        /// The file.
+        path: String,
+        /// The kind code wanted.
+        expected: u8,
+        /// The kind code in the file.
+        found: u8,
+    },
     /// The sending direction used up its packet numbers (2⁶⁴): a new session is needed.
     #[error("session exhausted its packet numbers")]
     SessionExhausted,

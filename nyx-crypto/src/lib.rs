@@ -3,11 +3,14 @@
 //! What it is for: everything cryptographic on NyxNet's links and circuits, sans-IO (bytes
 //! and `now` in, bytes out; no sockets, no clocks, no tasks).
 //!
+//! * [`identity`]: a node's Ed25519 identity, its `NodeId`, domain-separated signatures;
+//!   [`keyfile`]: secret key files written atomically with mode 0600 and loaded with clear
+//!   errors.
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
 //!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
 //!   trip, sealing and opening in place.
 //!
-//! Not yet here (issue 3, in progress): node identity and onion keys, the hybrid X25519 +
+//! Not yet here (issue 3, in progress): onion keys and the static hybrid KEM key, the hybrid X25519 +
 //! ML-KEM-768 link and circuit-hop handshakes that produce a session's secret, and onion cell
 //! layers. docs/protocol.md describes the design, marking what is built.
 //!
@@ -17,6 +20,8 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod identity;
+pub mod keyfile;
 pub mod replay;
 pub mod session;
 
