@@ -56,6 +56,16 @@ pub enum Error {
         /// The system's description.
         reason: String,
     },
+    /// An input has the wrong length.
+    #[error("{what} must be {expected} bytes, got {got}")]
+    BadLength {
+        /// What was being parsed.
+        what: &'static str,
+        /// The required length.
+        expected: usize,
+        /// The length received.
+        got: usize,
+    },
     /// Bytes that should hold a public key are not a valid one.
     #[error("invalid public key")]
     InvalidPublicKey,

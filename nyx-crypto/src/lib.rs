@@ -6,13 +6,15 @@
 //! * [`identity`]: a node's Ed25519 identity, its `NodeId`, domain-separated signatures;
 //!   [`keyfile`]: secret key files written atomically with mode 0600 and loaded with clear
 //!   errors.
+//! * [`kem`]: the hybrid X25519 + ML-KEM-768 key encapsulation with a combiner that keeps keys
+//!   secret while either primitive holds.
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
 //!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
 //!   trip, sealing and opening in place.
 //!
-//! Not yet here (issue 3, in progress): onion keys and the static hybrid KEM key, the hybrid X25519 +
-//! ML-KEM-768 link and circuit-hop handshakes that produce a session's secret, and onion cell
-//! layers. docs/protocol.md describes the design, marking what is built.
+//! Not yet here (issue 3, in progress): signed onion and link KEM keys, the link and
+//! circuit-hop handshakes that produce a session's secret, and onion cell layers.
+//! docs/protocol.md describes the design, marking what is built.
 //!
 //! What it is not for: sockets, clocks, task spawning, or framing of anything but its own
 //! messages.
@@ -21,6 +23,7 @@
 
 mod error;
 pub mod identity;
+pub mod kem;
 pub mod keyfile;
 pub mod replay;
 pub mod session;
