@@ -66,6 +66,24 @@ pub enum Error {
         /// The length received.
         got: usize,
     },
+    /// A handshake message has a version this code does not speak.
+    #[error("unsupported handshake version {version}")]
+    UnsupportedVersion {
+        /// The version byte received.
+        version: u8,
+    },
+    /// A CREATE names another relay.
+    #[error("handshake is addressed to another relay")]
+    WrongRelay,
+    /// A CREATE names an onion key this relay does not hold (expired or never its own).
+    #[error("handshake names an unknown onion key")]
+    UnknownOnionKey,
+    /// A CREATE the relay has already answered.
+    #[error("handshake message replayed")]
+    ReplayedHandshake,
+    /// The peer did not prove it derived the same keys (wrong key, or a modified message).
+    #[error("handshake failed: key confirmation did not match")]
+    HandshakeFailed,
     /// Bytes that should hold a public key are not a valid one.
     #[error("invalid public key")]
     InvalidPublicKey,

@@ -8,12 +8,14 @@
 //!   errors.
 //! * [`kem`]: the hybrid X25519 + ML-KEM-768 key encapsulation with a combiner that keeps keys
 //!   secret while either primitive holds.
+//! * [`hop`]: the circuit-hop handshake (typestates, one round trip) that turns a relay's
+//!   onion key into a [`session::Session`].
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
 //!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
 //!   trip, sealing and opening in place.
 //!
-//! Not yet here (issue 3, in progress): signed onion and link KEM keys, the link and
-//! circuit-hop handshakes that produce a session's secret, and onion cell layers.
+//! Not yet here (issue 3, in progress): signed onion and link KEM keys (and their rotation),
+//! the mutually authenticated link handshake, and onion cell layers.
 //! docs/protocol.md describes the design, marking what is built.
 //!
 //! What it is not for: sockets, clocks, task spawning, or framing of anything but its own
@@ -22,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod hop;
 pub mod identity;
 pub mod kem;
 pub mod keyfile;

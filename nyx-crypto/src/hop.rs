@@ -1,0 +1,362 @@
+//! The circuit-hop handshake: an anonymous client and a relay agree on a [`Session`] in one
+//! round trip, the relay proving it holds its onion key.
+//!
+//! ```text
+//! CREATE  (client → relay, 1193 bytes)
+//!   0   version   u8 = 1
+//!   1   relay     NodeId (32)       the relay the client means
+//!   33  key id    8 bytes           SHA-256("nyx/v1/onion-key-id" || onion public key)[..8]
+//!   41  X         32                client's ephemeral X25519 key
+//!   73  ct        1120              hybrid KEM ciphertext to the relay's onion key
+//! CREATED (relay → client, 65 bytes)
+//!   0   version   u8 = 1
+//!   1   Y         32                relay's ephemeral X25519 key
+//!   33  confirm   32                proves the relay derived the same keys
+//!
+//! th      = SHA-256("nyx/v1/hop" || CREATE || Y)
+//! K       = kem_secrets.combine("nyx/v1/hop", th)      ML-KEM + X25519 secrets, keys, ciphertexts
+//! prk     = HKDF-Extract(salt = K, ikm = X25519(x, Y))  ephemeral-ephemeral: forward secrecy
+//! confirm = HKDF-Expand(prk, "nyx/v1/hop/confirm", 32)
+//! secret  = HKDF-Expand(prk, "nyx/v1/hop/session", 32) → Session (client: initiator)
+//! ```
+//!
+//! Only the holder of the onion key can decapsulate `ct`, so only it can compute `confirm`;
+//! the client compares in constant time. Post-quantum confidentiality comes from ML-KEM-768,
+//! forward secrecy from the ephemeral X25519 pair, and the keys depend on every byte of both
+//! messages. The relay refuses a CREATE it has already answered ([`ReplayCache`]).
+//! Each step consumes its state, so a handshake cannot be finished twice:
+//!
+//! ```compile_fail,E0382
+//! # use nyx_crypto::hop::HopInitiatorSent;
+//! # use nyx_crypto::session::RekeyPolicy;
+//! # fn twice(sent: HopInitiatorSent, created: &[u8]) {
+//! let _ = sent.finish(created, RekeyPolicy::default(), nyx_core::Timestamp::ZERO);
+//! let _ = sent.finish(created, RekeyPolicy::default(), nyx_core::Timestamp::ZERO); // moved
+//! # }
+//! ```
+
+use std::collections::{HashSet, VecDeque};
+use std::fmt;
+
+use hkdf::Hkdf;
+use nyx_core::{NodeId, Timestamp};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use x25519_dalek::{PublicKey, StaticSecret};
+use zeroize::Zeroizing;
+
+use crate::Error;
+use crate::kem::{CIPHERTEXT_LEN, HybridPublicKey, HybridSecretKey, SharedSecrets};
+use crate::session::{RekeyPolicy, Role, Session, SessionSecret};
+
+const VERSION: u8 = 1;
+/// Length of a CREATE message.
+pub const CREATE_LEN: usize = 1 + 32 + 8 + 32 + CIPHERTEXT_LEN;
+/// Length of a CREATED message.
+pub const CREATED_LEN: usize = 1 + 32 + 32;
+
+const LABEL: &[u8] = b"nyx/v1/hop";
+const LABEL_KEY_ID: &[u8] = b"nyx/v1/onion-key-id";
+const LABEL_CONFIRM: &[u8] = b"nyx/v1/hop/confirm";
+const LABEL_SESSION: &[u8] = b"nyx/v1/hop/session";
+
+/// The 8-byte id by which a CREATE names the onion key it was made for.
+pub fn onion_key_id(onion: &HybridPublicKey) -> [u8; 8] {
+    let digest = Sha256::new()
+        .chain_update(LABEL_KEY_ID)
+        .chain_update(&onion.to_bytes()[..])
+        .finalize();
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&digest[..8]);
+    id
+}
+
+/// The client's first step: it knows the relay's id and current onion key (from the directory,
+/// where the relay's identity key signs it).
+pub struct HopInitiator {
+    relay: NodeId,
+    onion: HybridPublicKey,
+}
+
+/// The client after sending CREATE, waiting for CREATED.
+pub struct HopInitiatorSent {
+    x: StaticSecret,
+    kem: SharedSecrets,
+    create: Box<[u8; CREATE_LEN]>,
+}
+
+impl HopInitiator {
+    /// Prepare a handshake with `relay` through its onion key.
+    pub fn new(relay: NodeId, onion: HybridPublicKey) -> Self {
+        HopInitiator { relay, onion }
+    }
+
+    /// Build CREATE with fresh randomness.
+    pub fn start(self) -> Result<(HopInitiatorSent, Box<[u8; CREATE_LEN]>), Error> {
+        let mut coins = Zeroizing::new([0u8; 96]);
+        getrandom::fill(coins.as_mut_slice()).map_err(|e| Error::Random {
+            reason: e.to_string(),
+        })?;
+        let pick = |i: usize| {
+            let mut b = [0u8; 32];
+            b.copy_from_slice(&coins[32 * i..32 * (i + 1)]);
+            Zeroizing::new(b)
+        };
+        self.start_with(&pick(0), &pick(1), &pick(2))
+    }
+
+    /// [`start`](Self::start) with explicit randomness (the client's ephemeral X25519 secret,
+    /// then the KEM's). For test vectors only.
+    #[doc(hidden)]
+    pub fn start_with(
+        self,
+        x: &[u8; 32],
+        kem_m: &[u8; 32],
+        kem_ephemeral: &[u8; 32],
+    ) -> Result<(HopInitiatorSent, Box<[u8; CREATE_LEN]>), Error> {
+        let (ct, kem) = self.onion.encapsulate_with(kem_m, kem_ephemeral)?;
+        let x = StaticSecret::from(*x);
+        let mut create = Box::new([0u8; CREATE_LEN]);
+        create[0] = VERSION;
+        create[1..33].copy_from_slice(self.relay.as_bytes());
+        create[33..41].copy_from_slice(&onion_key_id(&self.onion));
+        create[41..73].copy_from_slice(PublicKey::from(&x).as_bytes());
+        create[73..].copy_from_slice(&ct);
+        let sent = HopInitiatorSent {
+            x,
+            kem,
+            create: create.clone(),
+        };
+        Ok((sent, create))
+    }
+}
+
+impl HopInitiatorSent {
+    /// Check CREATED and become a session (the client is the initiator). Any mismatch, a
+    /// relay without the onion key or a modified message, is [`Error::HandshakeFailed`].
+    pub fn finish(
+        self,
+        created: &[u8],
+        policy: RekeyPolicy,
+        now: Timestamp,
+    ) -> Result<Session, Error> {
+        if created.len() != CREATED_LEN {
+            return Err(Error::BadLength {
+                what: "CREATED",
+                expected: CREATED_LEN,
+                got: created.len(),
+            });
+        }
+        if created[0] != VERSION {
+            return Err(Error::UnsupportedVersion {
+                version: created[0],
+            });
+        }
+        let mut y = [0u8; 32];
+        y.copy_from_slice(&created[1..33]);
+        let keys = derive(&self.kem, &self.create[..], &y, |y| {
+            self.x.diffie_hellman(&PublicKey::from(*y))
+        })?;
+        if !bool::from(keys.confirm.ct_eq(&created[33..])) {
+            return Err(Error::HandshakeFailed);
+        }
+        Ok(Session::new(&keys.session, Role::Initiator, policy, now))
+    }
+}
+
+/// A relay's onion key with the id CREATE messages name it by.
+pub struct OnionKey {
+    secret: HybridSecretKey,
+    id: [u8; 8],
+}
+
+impl OnionKey {
+    /// Wrap a hybrid secret key as an onion key.
+    pub fn new(secret: HybridSecretKey) -> Self {
+        let id = onion_key_id(secret.public());
+        OnionKey { secret, id }
+    }
+
+    /// The public key to publish (signed by the identity key, in the directory).
+    pub fn public(&self) -> &HybridPublicKey {
+        self.secret.public()
+    }
+}
+
+impl fmt::Debug for OnionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OnionKey(id {:02x?})", self.id)
+    }
+}
+
+/// The relay's side: one step from CREATE to CREATED and a session.
+pub struct HopResponder<'a> {
+    relay: NodeId,
+    /// Current and next onion keys (the overlap of a rotation).
+    keys: &'a [OnionKey],
+}
+
+impl<'a> HopResponder<'a> {
+    /// A responder for relay `relay` holding `keys`.
+    pub fn new(relay: NodeId, keys: &'a [OnionKey]) -> Self {
+        HopResponder { relay, keys }
+    }
+
+    /// Answer CREATE with fresh randomness; returns the session (relay = responder) and CREATED.
+    pub fn respond(
+        self,
+        create: &[u8],
+        replay: &mut ReplayCache,
+        policy: RekeyPolicy,
+        now: Timestamp,
+    ) -> Result<(Session, [u8; CREATED_LEN]), Error> {
+        let mut y = Zeroizing::new([0u8; 32]);
+        getrandom::fill(y.as_mut_slice()).map_err(|e| Error::Random {
+            reason: e.to_string(),
+        })?;
+        self.respond_with(create, replay, policy, now, &y)
+    }
+
+    /// [`respond`](Self::respond) with an explicit ephemeral secret. For test vectors only.
+    #[doc(hidden)]
+    pub fn respond_with(
+        self,
+        create: &[u8],
+        replay: &mut ReplayCache,
+        policy: RekeyPolicy,
+        now: Timestamp,
+        y: &[u8; 32],
+    ) -> Result<(Session, [u8; CREATED_LEN]), Error> {
+        if create.len() != CREATE_LEN {
+            return Err(Error::BadLength {
+                what: "CREATE",
+                expected: CREATE_LEN,
+                got: create.len(),
+            });
+        }
+        if create[0] != VERSION {
+            return Err(Error::UnsupportedVersion { version: create[0] });
+        }
+        if create[1..33] != self.relay.as_bytes()[..] {
+            return Err(Error::WrongRelay);
+        }
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.id[..] == create[33..41])
+            .ok_or(Error::UnknownOnionKey)?;
+        replay.check(create)?;
+        let kem = key.secret.decapsulate(&create[73..])?;
+        let y = StaticSecret::from(*y);
+        let y_pub = PublicKey::from(&y);
+        let keys = derive(&kem, create, y_pub.as_bytes(), |_| {
+            let mut x = [0u8; 32];
+            x.copy_from_slice(&create[41..73]);
+            y.diffie_hellman(&PublicKey::from(x))
+        })?;
+        replay.insert(create);
+        let mut created = [0u8; CREATED_LEN];
+        created[0] = VERSION;
+        created[1..33].copy_from_slice(y_pub.as_bytes());
+        created[33..].copy_from_slice(&keys.confirm[..]);
+        Ok((
+            Session::new(&keys.session, Role::Responder, policy, now),
+            created,
+        ))
+    }
+}
+
+struct HopKeys {
+    confirm: Zeroizing<[u8; 32]>,
+    session: SessionSecret,
+}
+
+/// The key schedule shared by both sides; `dh` computes the ephemeral-ephemeral X25519.
+fn derive(
+    kem: &SharedSecrets,
+    create: &[u8],
+    y: &[u8; 32],
+    dh: impl FnOnce(&[u8; 32]) -> x25519_dalek::SharedSecret,
+) -> Result<HopKeys, Error> {
+    let th: [u8; 32] = Sha256::new()
+        .chain_update(LABEL)
+        .chain_update(create)
+        .chain_update(y)
+        .finalize()
+        .into();
+    let k = kem.combine(LABEL, &th);
+    let ee = dh(y);
+    if !ee.was_contributory() {
+        return Err(Error::InvalidPublicKey);
+    }
+    let (_, hk) = Hkdf::<Sha256>::extract(Some(&k[..]), ee.as_bytes());
+    let mut confirm = Zeroizing::new([0u8; 32]);
+    let mut secret = Zeroizing::new([0u8; 32]);
+    // 32-byte outputs are always within HKDF's limit.
+    let _ = hk.expand(LABEL_CONFIRM, confirm.as_mut_slice());
+    let _ = hk.expand(LABEL_SESSION, secret.as_mut_slice());
+    Ok(HopKeys {
+        confirm,
+        session: SessionSecret::from_bytes(*secret),
+    })
+}
+
+/// The CREATE messages a relay has answered recently, so a replayed one is refused. Bounded:
+/// it remembers the last `capacity` messages (by a 16-byte hash) and forgets the oldest first.
+/// Use one per onion key; it can go when the key is retired.
+pub struct ReplayCache {
+    capacity: usize,
+    seen: HashSet<[u8; 16]>,
+    order: VecDeque<[u8; 16]>,
+}
+
+impl ReplayCache {
+    /// A cache remembering up to `capacity` messages (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        ReplayCache {
+            capacity,
+            seen: HashSet::with_capacity(capacity),
+            order: VecDeque::with_capacity(capacity),
+        }
+    }
+
+    fn fingerprint(msg: &[u8]) -> [u8; 16] {
+        let d = Sha256::digest(msg);
+        let mut f = [0u8; 16];
+        f.copy_from_slice(&d[..16]);
+        f
+    }
+
+    fn check(&self, msg: &[u8]) -> Result<(), Error> {
+        if self.seen.contains(&Self::fingerprint(msg)) {
+            Err(Error::ReplayedHandshake)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn insert(&mut self, msg: &[u8]) {
+        let f = Self::fingerprint(msg);
+        if self.seen.insert(f) {
+            if self.order.len() == self.capacity
+                && let Some(old) = self.order.pop_front()
+            {
+                self.seen.remove(&old);
+            }
+            self.order.push_back(f);
+        }
+    }
+}
+
+impl fmt::Debug for ReplayCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplayCache")
+            .field("len", &self.order.len())
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;
