@@ -140,18 +140,7 @@ impl HopInitiatorSent {
         policy: RekeyPolicy,
         now: Timestamp,
     ) -> Result<Session, Error> {
-        if created.len() != CREATED_LEN {
-            return Err(Error::BadLength {
-                what: "CREATED",
-                expected: CREATED_LEN,
-                got: created.len(),
-            });
-        }
-        if created[0] != VERSION {
-            return Err(Error::UnsupportedVersion {
-                version: created[0],
-            });
-        }
+        check_message(created, "CREATED", CREATED_LEN)?;
         let mut y = [0u8; 32];
         y.copy_from_slice(&created[1..33]);
         let keys = derive(&self.kem, &self.create[..], &y, |y| {
@@ -227,16 +216,7 @@ impl<'a> HopResponder<'a> {
         now: Timestamp,
         y: &[u8; 32],
     ) -> Result<(Session, [u8; CREATED_LEN]), Error> {
-        if create.len() != CREATE_LEN {
-            return Err(Error::BadLength {
-                what: "CREATE",
-                expected: CREATE_LEN,
-                got: create.len(),
-            });
-        }
-        if create[0] != VERSION {
-            return Err(Error::UnsupportedVersion { version: create[0] });
-        }
+        check_message(create, "CREATE", CREATE_LEN)?;
         if create[1..33] != self.relay.as_bytes()[..] {
             return Err(Error::WrongRelay);
         }
@@ -264,6 +244,21 @@ impl<'a> HopResponder<'a> {
             created,
         ))
     }
+}
+
+/// The length and version every handshake message must have.
+fn check_message(msg: &[u8], what: &'static str, len: usize) -> Result<(), Error> {
+    if msg.len() != len {
+        return Err(Error::BadLength {
+            what,
+            expected: len,
+            got: msg.len(),
+        });
+    }
+    if msg[0] != VERSION {
+        return Err(Error::UnsupportedVersion { version: msg[0] });
+    }
+    Ok(())
 }
 
 struct HopKeys {
