@@ -22,12 +22,22 @@ fn handshake(c: &mut Criterion) {
     let mut g = c.benchmark_group("handshake");
     g.bench_function("hop", |b| {
         b.iter(|| {
-            let (sent, create) = HopInitiator::new(relay, onion.clone()).start().expect("start");
+            let (sent, create) = HopInitiator::new(relay, onion.clone())
+                .start()
+                .expect("start");
             let mut cache = ReplayCache::new(1);
             let (_, created) = HopResponder::new(relay, &keys)
-                .respond(&create[..], &mut cache, RekeyPolicy::default(), Timestamp::ZERO)
+                .respond(
+                    &create[..],
+                    &mut cache,
+                    RekeyPolicy::default(),
+                    Timestamp::ZERO,
+                )
                 .expect("respond");
-            black_box(sent.finish(&created, RekeyPolicy::default(), Timestamp::ZERO).expect("finish"))
+            black_box(
+                sent.finish(&created, RekeyPolicy::default(), Timestamp::ZERO)
+                    .expect("finish"),
+            )
         })
     });
     g.finish();
@@ -39,11 +49,17 @@ fn handshake(c: &mut Criterion) {
     g.bench_function("mlkem768/encaps", |b| {
         b.iter(|| black_box(ek.encapsulate_deterministic(&Array::from([5u8; 32]))))
     });
-    g.bench_function("mlkem768/decaps", |b| b.iter(|| black_box(dk.decapsulate(&ct))));
+    g.bench_function("mlkem768/decaps", |b| {
+        b.iter(|| black_box(dk.decapsulate(&ct)))
+    });
     let secret = StaticSecret::from([9u8; 32]);
     let peer = PublicKey::from(&StaticSecret::from([10u8; 32]));
-    g.bench_function("x25519/public_key", |b| b.iter(|| black_box(PublicKey::from(&secret))));
-    g.bench_function("x25519/diffie_hellman", |b| b.iter(|| black_box(secret.diffie_hellman(&peer))));
+    g.bench_function("x25519/public_key", |b| {
+        b.iter(|| black_box(PublicKey::from(&secret)))
+    });
+    g.bench_function("x25519/diffie_hellman", |b| {
+        b.iter(|| black_box(secret.diffie_hellman(&peer)))
+    });
     g.bench_function("hkdf_sha256/extract_expand_32", |b| {
         b.iter(|| {
             let (_, hk) = Hkdf::<Sha256>::extract(Some(b"salt"), &[1u8; 64]);
