@@ -72,6 +72,17 @@ pub enum Error {
         /// The version byte received.
         version: u8,
     },
+    /// A certificate names a validity period that ends before it starts.
+    #[error("validity period [{valid_after}, {valid_until}) is empty")]
+    BadValidity {
+        /// Start (Unix seconds).
+        valid_after: u64,
+        /// End (Unix seconds).
+        valid_until: u64,
+    },
+    /// A certificate is not for the identity it was checked against.
+    #[error("certificate belongs to another identity")]
+    WrongIdentity,
     /// A CREATE names another relay.
     #[error("handshake is addressed to another relay")]
     WrongRelay,

@@ -8,14 +8,16 @@
 //!   errors.
 //! * [`kem`]: the hybrid X25519 + ML-KEM-768 key encapsulation with a combiner that keeps keys
 //!   secret while either primitive holds.
+//! * [`onion_cert`]: onion-key certificates (an identity key vouching for an onion key and
+//!   its validity period).
 //! * [`hop`]: the circuit-hop handshake (typestates, one round trip) that turns a relay's
 //!   onion key into a [`session::Session`].
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
 //!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
 //!   trip, sealing and opening in place.
 //!
-//! Not yet here (issue 3, in progress): signed onion and link KEM keys (and their rotation),
-//! the mutually authenticated link handshake, and onion cell layers.
+//! Not yet here (issue 3, in progress): the link KEM key and the mutually authenticated link
+//! handshake, onion-key files and rotation scheduling, and onion cell layers.
 //! docs/protocol.md describes the design, marking what is built.
 //!
 //! What it is not for: sockets, clocks, task spawning, or framing of anything but its own
@@ -28,6 +30,7 @@ pub mod hop;
 pub mod identity;
 pub mod kem;
 pub mod keyfile;
+pub mod onion_cert;
 pub mod replay;
 pub mod session;
 
