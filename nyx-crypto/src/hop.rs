@@ -47,6 +47,9 @@ use zeroize::Zeroizing;
 
 use crate::Error;
 use crate::kem::{CIPHERTEXT_LEN, HybridPublicKey, HybridSecretKey, SharedSecrets};
+
+/// Length of the ML-KEM-768 part of the hybrid ciphertext.
+const MLKEM_CT_LEN: usize = CIPHERTEXT_LEN - 32;
 use crate::session::{RekeyPolicy, Role, Session, SessionSecret};
 
 const VERSION: u8 = 1;
@@ -102,19 +105,18 @@ impl HopInitiator {
             b.copy_from_slice(&coins[32 * i..32 * (i + 1)]);
             Zeroizing::new(b)
         };
-        self.start_with(&pick(0), &pick(1), &pick(2))
+        self.start_from(&pick(0), &pick(1), &pick(2))
     }
 
-    /// [`start`](Self::start) with explicit randomness (the client's ephemeral X25519 secret,
-    /// then the KEM's). For test vectors only.
-    #[doc(hidden)]
-    pub fn start_with(
+    /// [`start`](Self::start) from explicit randomness (the client's ephemeral X25519 secret,
+    /// then the KEM's).
+    fn start_from(
         self,
         x: &[u8; 32],
         kem_m: &[u8; 32],
         kem_ephemeral: &[u8; 32],
     ) -> Result<(HopInitiatorSent, Box<[u8; CREATE_LEN]>), Error> {
-        let (ct, kem) = self.onion.encapsulate_with(kem_m, kem_ephemeral)?;
+        let (ct, kem) = self.onion.encapsulate_from(kem_m, kem_ephemeral)?;
         let x = StaticSecret::from(*x);
         let mut create = Box::new([0u8; CREATE_LEN]);
         create[0] = VERSION;
@@ -131,9 +133,24 @@ impl HopInitiator {
     }
 }
 
+#[cfg(any(test, feature = "test-vectors"))]
+impl HopInitiator {
+    /// [`start`](Self::start) with explicit randomness, for reproducible test vectors (feature
+    /// `test-vectors`). Reusing randomness breaks security.
+    pub fn start_with(
+        self,
+        x: &[u8; 32],
+        kem_m: &[u8; 32],
+        kem_ephemeral: &[u8; 32],
+    ) -> Result<(HopInitiatorSent, Box<[u8; CREATE_LEN]>), Error> {
+        self.start_from(x, kem_m, kem_ephemeral)
+    }
+}
+
 impl HopInitiatorSent {
-    /// Check CREATED and become a session (the client is the initiator). Any mismatch, a
-    /// relay without the onion key or a modified message, is [`Error::HandshakeFailed`].
+    /// Check CREATED and become a session (the client is the initiator). A relay without the
+    /// onion key or a modified message fails key confirmation ([`Error::HandshakeFailed`]);
+    /// a non-canonical or low-order `Y` is [`Error::InvalidPublicKey`].
     pub fn finish(
         self,
         created: &[u8],
@@ -141,6 +158,7 @@ impl HopInitiatorSent {
         now: Timestamp,
     ) -> Result<Session, Error> {
         check_message(created, "CREATED", CREATED_LEN)?;
+        canonical_x25519(&created[1..33])?;
         let mut y = [0u8; 32];
         y.copy_from_slice(&created[1..33]);
         let keys = derive(&self.kem, &self.create[..], &y, |y| {
@@ -203,12 +221,11 @@ impl<'a> HopResponder<'a> {
         getrandom::fill(y.as_mut_slice()).map_err(|e| Error::Random {
             reason: e.to_string(),
         })?;
-        self.respond_with(create, replay, policy, now, &y)
+        self.respond_from(create, replay, policy, now, &y)
     }
 
-    /// [`respond`](Self::respond) with an explicit ephemeral secret. For test vectors only.
-    #[doc(hidden)]
-    pub fn respond_with(
+    /// [`respond`](Self::respond) from an explicit ephemeral secret.
+    fn respond_from(
         self,
         create: &[u8],
         replay: &mut ReplayCache,
@@ -225,7 +242,12 @@ impl<'a> HopResponder<'a> {
             .iter()
             .find(|k| k.id[..] == create[33..41])
             .ok_or(Error::UnknownOnionKey)?;
-        replay.check(create)?;
+        canonical_x25519(&create[41..73])?;
+        canonical_x25519(&create[73 + MLKEM_CT_LEN..])?;
+        // Keyed on the ML-KEM ciphertext: it cannot be altered without changing the secret,
+        // unlike the X25519 keys, whose top bit the curve ignores.
+        let replay_id = &create[73..73 + MLKEM_CT_LEN];
+        replay.check(replay_id)?;
         let kem = key.secret.decapsulate(&create[73..])?;
         let y = StaticSecret::from(*y);
         let y_pub = PublicKey::from(&y);
@@ -234,7 +256,7 @@ impl<'a> HopResponder<'a> {
             x.copy_from_slice(&create[41..73]);
             y.diffie_hellman(&PublicKey::from(x))
         })?;
-        replay.insert(create);
+        replay.insert(replay_id);
         let mut created = [0u8; CREATED_LEN];
         created[0] = VERSION;
         created[1..33].copy_from_slice(y_pub.as_bytes());
@@ -243,6 +265,16 @@ impl<'a> HopResponder<'a> {
             Session::new(&keys.session, Role::Responder, policy, now),
             created,
         ))
+    }
+}
+
+/// X25519 public keys on the wire must have the top bit clear: the curve ignores it, so a set
+/// bit would give two encodings of one key (and let a replay slip past the cache).
+fn canonical_x25519(key: &[u8]) -> Result<(), Error> {
+    if key.len() == 32 && key[31] & 0x80 == 0 {
+        Ok(())
+    } else {
+        Err(Error::InvalidPublicKey)
     }
 }
 
@@ -259,6 +291,22 @@ fn check_message(msg: &[u8], what: &'static str, len: usize) -> Result<(), Error
         return Err(Error::UnsupportedVersion { version: msg[0] });
     }
     Ok(())
+}
+
+#[cfg(any(test, feature = "test-vectors"))]
+impl HopResponder<'_> {
+    /// [`respond`](Self::respond) with an explicit ephemeral secret, for reproducible test
+    /// vectors (feature `test-vectors`). Answering two CREATEs with one secret reuses keys.
+    pub fn respond_with(
+        self,
+        create: &[u8],
+        replay: &mut ReplayCache,
+        policy: RekeyPolicy,
+        now: Timestamp,
+        y: &[u8; 32],
+    ) -> Result<(Session, [u8; CREATED_LEN]), Error> {
+        self.respond_from(create, replay, policy, now, y)
+    }
 }
 
 struct HopKeys {
@@ -297,8 +345,11 @@ fn derive(
 }
 
 /// The CREATE messages a relay has answered recently, so a replayed one is refused. Bounded:
-/// it remembers the last `capacity` messages (by a 16-byte hash) and forgets the oldest first.
-/// Use one per onion key; it can go when the key is retired.
+/// it remembers the ML-KEM ciphertexts of the last `capacity` CREATEs (by a 16-byte hash) and
+/// forgets the oldest first, so a replay older than that is answered again (with a session the
+/// replayer cannot use, at the cost of one decapsulation). Size it for the CREATEs a relay
+/// accepts over an onion key's lifetime; per-peer rate limits on CREATE (nyx-core) bound how
+/// fast a stranger can push entries out.
 pub struct ReplayCache {
     capacity: usize,
     seen: HashSet<[u8; 16]>,

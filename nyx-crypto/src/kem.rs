@@ -180,13 +180,12 @@ impl HybridPublicKey {
         let mut eph = Zeroizing::new([0u8; 32]);
         m.copy_from_slice(&coins[..32]);
         eph.copy_from_slice(&coins[32..]);
-        self.encapsulate_with(&m, &eph)
+        self.encapsulate_from(&m, &eph)
     }
 
     /// Encapsulation from explicit randomness: `m` for ML-KEM and the X25519 ephemeral secret.
-    /// Exposed for test vectors only; both must be fresh uniform random bytes otherwise.
-    #[doc(hidden)]
-    pub fn encapsulate_with(
+    /// Both must be fresh uniform random bytes (test vectors aside).
+    pub(crate) fn encapsulate_from(
         &self,
         m: &[u8; 32],
         ephemeral: &[u8; 32],
@@ -208,6 +207,19 @@ impl HybridPublicKey {
             binding: binding(&self.bytes[..], &out),
         };
         Ok((out, secrets))
+    }
+}
+
+#[cfg(any(test, feature = "test-vectors"))]
+impl HybridPublicKey {
+    /// [`encapsulate`](Self::encapsulate) with explicit randomness, for reproducible test
+    /// vectors (feature `test-vectors`). Reusing randomness breaks security.
+    pub fn encapsulate_with(
+        &self,
+        m: &[u8; 32],
+        ephemeral: &[u8; 32],
+    ) -> Result<([u8; CIPHERTEXT_LEN], SharedSecrets), Error> {
+        self.encapsulate_from(m, ephemeral)
     }
 }
 

@@ -12,9 +12,10 @@
 //! ```
 //!
 //! Relays rotate onion keys (daily, say) with an overlap, publishing the next key's
-//! certificate before the current one expires; the overlay decides the schedule. A key used
-//! outside its window is refused by clients, and relays erase keys after it, which bounds what
-//! a later key compromise exposes.
+//! certificate before the current one expires; the overlay decides the schedule. Clients must
+//! not use a key outside its window ([`OnionKeyCert::is_valid_at`]; enforcing that is the
+//! overlay's path selection, which knows the wall-clock time), and relays erase keys after it,
+//! which bounds what a later key compromise exposes.
 
 use crate::Error;
 use crate::identity::{IdentityKey, IdentityPublic, SIGNATURE_LEN};

@@ -34,6 +34,10 @@ impl ReplayWindow {
     /// Whether `pn` may be accepted: new, and neither seen before nor too old. Changes nothing.
     #[inline]
     pub fn check(&self, pn: u64) -> Result<(), Error> {
+        // u64::MAX is never sent (sessions stop before it); refusing it keeps `top` exact.
+        if pn == u64::MAX {
+            return Err(Error::Replayed { pn });
+        }
         if pn >= self.top {
             return Ok(());
         }
@@ -168,6 +172,10 @@ mod tests {
         assert_eq!(accept(&mut w, near), Ok(()));
         assert_eq!(accept(&mut w, u64::MAX - 1), Ok(()));
         assert!(accept(&mut w, u64::MAX - 1).is_err());
+        assert_eq!(
+            accept(&mut w, u64::MAX),
+            Err(Error::Replayed { pn: u64::MAX })
+        );
     }
 
     proptest! {

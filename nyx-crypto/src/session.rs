@@ -61,9 +61,12 @@ pub const TAG_LEN: usize = 16;
 /// Total bytes a datagram adds to its payload.
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 
-/// How many epochs ahead of its current one a receiver follows a sender (epochs whose every
-/// packet was lost are skipped this way).
-const MAX_EPOCH_SKIP: u32 = 4;
+/// How many epochs ahead of its current one a receiver follows a sender. A sender that is idle
+/// longer than `max_age` between packets starts a new epoch with each one, so this is how many
+/// packets in a row such a low-rate sender may lose before the session cannot resume (the
+/// receiver then reports `UnknownEpoch` for everything, and the owner re-handshakes). Must stay
+/// below 128 so that "ahead" and "previous" epoch bytes never overlap.
+const MAX_EPOCH_SKIP: u32 = 64;
 
 /// Key-schedule labels (domain separation); see docs/protocol.md.
 const LABEL_EXTRACT: &[u8] = b"nyx/v1/session";
@@ -169,13 +172,15 @@ pub struct Session {
     recv: EpochKey,
     /// The previous receive key and when it stops being accepted.
     recv_previous: Option<(EpochKey, Timestamp)>,
+    /// Keys of the epochs after `recv`, derived on demand (at most `MAX_EPOCH_SKIP`).
+    recv_ahead: Vec<EpochKey>,
     window: ReplayWindow,
 }
 
 impl Session {
     /// A session keyed from a handshake's secret; `now` starts the first epoch's age.
     pub fn new(secret: &SessionSecret, role: Role, policy: RekeyPolicy, now: Timestamp) -> Self {
-        let (prk, _) = Hkdf::<Sha256>::extract(Some(LABEL_EXTRACT), &secret.0);
+        let (mut prk, _) = Hkdf::<Sha256>::extract(Some(LABEL_EXTRACT), &secret.0);
         let mut i2r = [0u8; 32];
         let mut r2i = [0u8; 32];
         expand(prk.as_slice(), LABEL_I2R, &mut i2r);
@@ -193,8 +198,10 @@ impl Session {
             next_pn: 0,
             recv: EpochKey::new(recv, 0),
             recv_previous: None,
+            recv_ahead: Vec::new(),
             window: ReplayWindow::new(),
         };
+        prk.as_mut_slice().zeroize();
         i2r.zeroize();
         r2i.zeroize();
         session
@@ -214,6 +221,7 @@ impl Session {
         if self.next_pn == u64::MAX {
             return Err(Error::SessionExhausted);
         }
+        self.expire_previous(now);
         self.maybe_rekey(now);
         let pn = self.next_pn;
         let (header, rest) = buf.split_at_mut(HEADER_LEN);
@@ -247,11 +255,7 @@ impl Session {
         let pn = u64::from_be_bytes(pn_bytes);
         self.window.check(pn)?;
 
-        if let Some((_, until)) = &self.recv_previous
-            && now >= *until
-        {
-            self.recv_previous = None; // dropping zeroizes it
-        }
+        self.expire_previous(now);
         let payload_end = buf.len() - TAG_LEN;
         let (header_and_payload, tag) = buf.split_at_mut(payload_end);
         let tag = Tag::try_from(&*tag).map_err(|_| Error::AuthenticationFailed)?;
@@ -265,16 +269,24 @@ impl Session {
         {
             open_with(prev, pn, header, payload, &tag)?;
         } else {
-            // A later epoch: derive forward (at most MAX_EPOCH_SKIP steps) and try it.
+            // A later epoch: derive forward (at most MAX_EPOCH_SKIP steps, each derived once
+            // and kept, so forged packets naming far epochs cannot make us derive repeatedly).
             let ahead = u32::from(epoch_byte.wrapping_sub(current as u8));
             if ahead == 0 || ahead > MAX_EPOCH_SKIP {
                 return Err(Error::UnknownEpoch { epoch: epoch_byte });
             }
-            let mut candidate = self.recv.next();
-            for _ in 1..ahead {
-                candidate = candidate.next();
+            let ahead = ahead as usize;
+            while self.recv_ahead.len() < ahead {
+                let next = self.recv_ahead.last().unwrap_or(&self.recv).next();
+                self.recv_ahead.push(next);
             }
-            open_with(&candidate, pn, header, payload, &tag)?;
+            open_with(&self.recv_ahead[ahead - 1], pn, header, payload, &tag)?;
+            let later = self.recv_ahead.split_off(ahead);
+            let mut reached = std::mem::replace(&mut self.recv_ahead, later);
+            let Some(candidate) = reached.pop() else {
+                return Err(Error::UnknownEpoch { epoch: epoch_byte });
+            };
+            drop(reached); // the skipped epochs' keys, erased
             let old = std::mem::replace(&mut self.recv, candidate);
             let grace = now.saturating_add(self.policy.previous_key_grace);
             self.recv_previous = Some((old, grace));
@@ -291,6 +303,16 @@ impl Session {
     /// The receiver's current key epoch (for tests and metrics).
     pub fn recv_epoch(&self) -> u32 {
         self.recv.epoch
+    }
+
+    /// Erase the previous receive key once its grace period is over (called by every seal and
+    /// open, so an active session erases it on time).
+    fn expire_previous(&mut self, now: Timestamp) {
+        if let Some((_, until)) = &self.recv_previous
+            && now >= *until
+        {
+            self.recv_previous = None; // dropping zeroizes it
+        }
     }
 
     fn maybe_rekey(&mut self, now: Timestamp) {

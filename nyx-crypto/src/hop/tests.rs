@@ -211,3 +211,46 @@ fn addressing_errors() {
         }
     );
 }
+
+#[test]
+fn replays_with_an_altered_x25519_top_bit_are_refused() {
+    let keys = [onion(8)];
+    let (_, create) = client(&keys[0]);
+    let mut cache = ReplayCache::new(16);
+    HopResponder::new(RELAY, &keys)
+        .respond(&create[..], &mut cache, policy(), T0)
+        .unwrap();
+    for byte in [72, CREATE_LEN - 1] {
+        let mut altered = create.clone();
+        altered[byte] ^= 0x80;
+        let got = HopResponder::new(RELAY, &keys).respond(&altered[..], &mut cache, policy(), T0);
+        assert_eq!(got.err(), Some(Error::InvalidPublicKey), "byte {byte}");
+    }
+    // Another X with the same ML-KEM ciphertext is still a replay.
+    let mut other_x = create.clone();
+    other_x[41] ^= 1;
+    let got = HopResponder::new(RELAY, &keys).respond(&other_x[..], &mut cache, policy(), T0);
+    assert_eq!(got.err(), Some(Error::ReplayedHandshake));
+}
+
+#[test]
+fn low_order_ephemeral_keys_are_refused_on_both_sides() {
+    let keys = [onion(10)];
+    let (_, create) = client(&keys[0]);
+    let mut zero_x = create.clone();
+    zero_x[41..73].fill(0);
+    let mut cache = ReplayCache::new(4);
+    let got = HopResponder::new(RELAY, &keys).respond(&zero_x[..], &mut cache, policy(), T0);
+    assert_eq!(got.err(), Some(Error::InvalidPublicKey));
+    // Not remembered: the genuine CREATE is still answered.
+    let (sent, _) = client(&keys[0]);
+    let (_, created) = HopResponder::new(RELAY, &keys)
+        .respond_with(&create[..], &mut cache, policy(), T0, &[4; 32])
+        .unwrap();
+    let mut zero_y = created;
+    zero_y[1..33].fill(0);
+    assert_eq!(
+        sent.finish(&zero_y, policy(), T0).unwrap_err(),
+        Error::InvalidPublicKey
+    );
+}

@@ -187,28 +187,56 @@ fn reordering_across_an_epoch_boundary_within_the_grace_period() {
 #[test]
 fn epochs_lost_entirely_are_skipped_up_to_a_limit() {
     let (mut a, mut b) = pair(by_packets(1)); // every packet starts a new epoch
-    let sealed: Vec<_> = (0..12u8).map(|i| seal(&mut a, T0, &[i])).collect();
+    let sealed: Vec<_> = (0..140u8).map(|i| seal(&mut a, T0, &[i])).collect();
     open(&mut b, T0, &sealed[0]).unwrap();
     assert_eq!(
-        open(&mut b, T0, &sealed[4]).unwrap(),
-        [4],
-        "four epochs ahead is followed"
+        open(&mut b, T0, &sealed[10]).unwrap(),
+        [10],
+        "ten epochs ahead is followed"
     );
-    assert_eq!(b.recv_epoch(), 4);
+    assert_eq!(b.recv_epoch(), 10);
     assert_eq!(
-        open(&mut b, T0, &sealed[10]),
-        Err(Error::UnknownEpoch { epoch: 10 })
+        open(&mut b, T0, &sealed[74]).unwrap(),
+        [74],
+        "64 ahead is the limit"
     );
-    assert_eq!(b.recv_epoch(), 4, "a refused packet changes nothing");
+    assert_eq!(
+        open(&mut b, T0, &sealed[139]),
+        Err(Error::UnknownEpoch { epoch: 139 })
+    );
+    assert_eq!(b.recv_epoch(), 74, "a refused packet changes nothing");
+}
+
+/// A low-rate sender (idle longer than the key age between packets) starts a new epoch with
+/// every packet; losing several in a row must not wedge the session.
+#[test]
+fn idle_sender_survives_consecutive_losses() {
+    let policy = RekeyPolicy {
+        max_age: Duration::from_secs(1),
+        ..RekeyPolicy::default()
+    };
+    let (mut a, mut b) = pair(policy);
+    let mut now = T0;
+    open(&mut b, now, &seal(&mut a, now, b"first")).unwrap();
+    for _ in 0..20 {
+        now += Duration::from_secs(2);
+        let _lost = seal(&mut a, now, b"lost");
+    }
+    now += Duration::from_secs(2);
+    assert_eq!(
+        open(&mut b, now, &seal(&mut a, now, b"after")).unwrap(),
+        b"after"
+    );
+    assert_eq!(a.send_epoch(), 21);
 }
 
 #[test]
 fn secrets_are_not_printed() {
     let s = SessionSecret::from_bytes([0x99; 32]);
     assert_eq!(format!("{s:?}"), "SessionSecret(<redacted>)");
-    let (a, _) = pair(RekeyPolicy::default());
+    let (a, _) = pair(RekeyPolicy::default()); // built from 0x42 bytes
     let text = format!("{a:?}");
-    assert!(!text.contains("99") && !text.contains("raw"), "{text}");
+    assert!(!text.contains("4242") && !text.contains("raw"), "{text}");
 }
 
 proptest! {
