@@ -86,6 +86,12 @@ pub enum Error {
     /// A CREATE names another relay.
     #[error("handshake is addressed to another relay")]
     WrongRelay,
+    /// A link HELLO is addressed to another node.
+    #[error("link handshake is addressed to another node")]
+    WrongPeer,
+    /// A link HELLO names a link key this node does not hold.
+    #[error("link handshake names an unknown link key")]
+    UnknownLinkKey,
     /// A CREATE names an onion key this relay does not hold (expired or never its own).
     #[error("handshake names an unknown onion key")]
     UnknownOnionKey,

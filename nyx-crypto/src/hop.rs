@@ -58,10 +58,19 @@ pub const CREATE_LEN: usize = 1 + 32 + 8 + 32 + CIPHERTEXT_LEN;
 /// Length of a CREATED message.
 pub const CREATED_LEN: usize = 1 + 32 + 32;
 
-const LABEL: &[u8] = b"nyx/v1/hop";
 const LABEL_KEY_ID: &[u8] = b"nyx/v1/onion-key-id";
-const LABEL_CONFIRM: &[u8] = b"nyx/v1/hop/confirm";
-const LABEL_SESSION: &[u8] = b"nyx/v1/hop/session";
+const LABELS: Labels = Labels {
+    base: b"nyx/v1/hop",
+    confirm: b"nyx/v1/hop/confirm",
+    session: b"nyx/v1/hop/session",
+};
+
+/// Domain-separation labels of one handshake's key schedule.
+pub(crate) struct Labels {
+    pub(crate) base: &'static [u8],
+    pub(crate) confirm: &'static [u8],
+    pub(crate) session: &'static [u8],
+}
 
 /// The 8-byte id by which a CREATE names the onion key it was made for.
 pub fn onion_key_id(onion: &HybridPublicKey) -> [u8; 8] {
@@ -96,16 +105,8 @@ impl HopInitiator {
 
     /// Build CREATE with fresh randomness.
     pub fn start(self) -> Result<(HopInitiatorSent, Box<[u8; CREATE_LEN]>), Error> {
-        let mut coins = Zeroizing::new([0u8; 96]);
-        getrandom::fill(coins.as_mut_slice()).map_err(|e| Error::Random {
-            reason: e.to_string(),
-        })?;
-        let pick = |i: usize| {
-            let mut b = [0u8; 32];
-            b.copy_from_slice(&coins[32 * i..32 * (i + 1)]);
-            Zeroizing::new(b)
-        };
-        self.start_from(&pick(0), &pick(1), &pick(2))
+        let [x, m, e] = random_triple()?;
+        self.start_from(&x, &m, &e)
     }
 
     /// [`start`](Self::start) from explicit randomness (the client's ephemeral X25519 secret,
@@ -157,17 +158,20 @@ impl HopInitiatorSent {
         policy: RekeyPolicy,
         now: Timestamp,
     ) -> Result<Session, Error> {
-        check_message(created, "CREATED", CREATED_LEN)?;
-        canonical_x25519(&created[1..33])?;
-        let mut y = [0u8; 32];
-        y.copy_from_slice(&created[1..33]);
-        let keys = derive(&self.kem, &self.create[..], &y, |y| {
-            self.x.diffie_hellman(&PublicKey::from(*y))
-        })?;
-        if !bool::from(keys.confirm.ct_eq(&created[33..])) {
-            return Err(Error::HandshakeFailed);
-        }
-        Ok(Session::new(&keys.session, Role::Initiator, policy, now))
+        let reply = Reply {
+            what: "CREATED",
+            len: CREATED_LEN,
+        };
+        finish_handshake(
+            &LABELS,
+            &self.kem,
+            &self.x,
+            &self.create[..],
+            created,
+            reply,
+            policy,
+            now,
+        )
     }
 }
 
@@ -251,7 +255,7 @@ impl<'a> HopResponder<'a> {
         let kem = key.secret.decapsulate(&create[73..])?;
         let y = StaticSecret::from(*y);
         let y_pub = PublicKey::from(&y);
-        let keys = derive(&kem, create, y_pub.as_bytes(), |_| {
+        let keys = derive(&LABELS, &kem, create, y_pub.as_bytes(), |_| {
             let mut x = [0u8; 32];
             x.copy_from_slice(&create[41..73]);
             y.diffie_hellman(&PublicKey::from(x))
@@ -268,9 +272,56 @@ impl<'a> HopResponder<'a> {
     }
 }
 
+/// Three fresh 32-byte secrets from the operating system (an initiator's ephemeral X25519
+/// secret and the KEM's two), or a typed error if the RNG fails.
+pub(crate) fn random_triple() -> Result<[Zeroizing<[u8; 32]>; 3], Error> {
+    let mut coins = Zeroizing::new([0u8; 96]);
+    getrandom::fill(coins.as_mut_slice()).map_err(|e| Error::Random {
+        reason: e.to_string(),
+    })?;
+    Ok(std::array::from_fn(|i| {
+        let mut b = Zeroizing::new([0u8; 32]);
+        b.copy_from_slice(&coins[32 * i..32 * (i + 1)]);
+        b
+    }))
+}
+
+/// What an initiator expects back: the message's name (for errors) and length.
+pub(crate) struct Reply {
+    pub(crate) what: &'static str,
+    pub(crate) len: usize,
+}
+
+/// The initiator's last step, shared by both handshakes: check the reply (`version || Y ||
+/// confirm`), derive the keys over `first` and `Y`, compare `confirm` in constant time, and
+/// become the session's initiator.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn finish_handshake(
+    labels: &Labels,
+    kem: &SharedSecrets,
+    x: &StaticSecret,
+    first: &[u8],
+    reply: &[u8],
+    expect: Reply,
+    policy: RekeyPolicy,
+    now: Timestamp,
+) -> Result<Session, Error> {
+    check_message(reply, expect.what, expect.len)?;
+    canonical_x25519(&reply[1..33])?;
+    let mut y = [0u8; 32];
+    y.copy_from_slice(&reply[1..33]);
+    let keys = derive(labels, kem, first, &y, |y| {
+        x.diffie_hellman(&PublicKey::from(*y))
+    })?;
+    if !bool::from(keys.confirm.ct_eq(&reply[33..])) {
+        return Err(Error::HandshakeFailed);
+    }
+    Ok(Session::new(&keys.session, Role::Initiator, policy, now))
+}
+
 /// X25519 public keys on the wire must have the top bit clear: the curve ignores it, so a set
 /// bit would give two encodings of one key (and let a replay slip past the cache).
-fn canonical_x25519(key: &[u8]) -> Result<(), Error> {
+pub(crate) fn canonical_x25519(key: &[u8]) -> Result<(), Error> {
     if key.len() == 32 && key[31] & 0x80 == 0 {
         Ok(())
     } else {
@@ -279,7 +330,7 @@ fn canonical_x25519(key: &[u8]) -> Result<(), Error> {
 }
 
 /// The length and version every handshake message must have.
-fn check_message(msg: &[u8], what: &'static str, len: usize) -> Result<(), Error> {
+pub(crate) fn check_message(msg: &[u8], what: &'static str, len: usize) -> Result<(), Error> {
     if msg.len() != len {
         return Err(Error::BadLength {
             what,
@@ -309,25 +360,28 @@ impl HopResponder<'_> {
     }
 }
 
-struct HopKeys {
-    confirm: Zeroizing<[u8; 32]>,
-    session: SessionSecret,
+pub(crate) struct HandshakeKeys {
+    pub(crate) confirm: Zeroizing<[u8; 32]>,
+    pub(crate) session: SessionSecret,
 }
 
-/// The key schedule shared by both sides; `dh` computes the ephemeral-ephemeral X25519.
-fn derive(
+/// The key schedule shared by both sides (and by the link handshake, with its own labels):
+/// `first` is the whole first message, `y` the responder's ephemeral key, `dh` computes the
+/// ephemeral-ephemeral X25519.
+pub(crate) fn derive(
+    labels: &Labels,
     kem: &SharedSecrets,
     create: &[u8],
     y: &[u8; 32],
     dh: impl FnOnce(&[u8; 32]) -> x25519_dalek::SharedSecret,
-) -> Result<HopKeys, Error> {
+) -> Result<HandshakeKeys, Error> {
     let th: [u8; 32] = Sha256::new()
-        .chain_update(LABEL)
+        .chain_update(labels.base)
         .chain_update(create)
         .chain_update(y)
         .finalize()
         .into();
-    let k = kem.combine(LABEL, &th);
+    let k = kem.combine(labels.base, &th);
     let ee = dh(y);
     if !ee.was_contributory() {
         return Err(Error::InvalidPublicKey);
@@ -336,9 +390,9 @@ fn derive(
     let mut confirm = Zeroizing::new([0u8; 32]);
     let mut secret = Zeroizing::new([0u8; 32]);
     // 32-byte outputs are always within HKDF's limit.
-    let _ = hk.expand(LABEL_CONFIRM, confirm.as_mut_slice());
-    let _ = hk.expand(LABEL_SESSION, secret.as_mut_slice());
-    Ok(HopKeys {
+    let _ = hk.expand(labels.confirm, confirm.as_mut_slice());
+    let _ = hk.expand(labels.session, secret.as_mut_slice());
+    Ok(HandshakeKeys {
         confirm,
         session: SessionSecret::from_bytes(*secret),
     })
@@ -374,7 +428,7 @@ impl ReplayCache {
         f
     }
 
-    fn check(&self, msg: &[u8]) -> Result<(), Error> {
+    pub(crate) fn check(&self, msg: &[u8]) -> Result<(), Error> {
         if self.seen.contains(&Self::fingerprint(msg)) {
             Err(Error::ReplayedHandshake)
         } else {
@@ -382,7 +436,7 @@ impl ReplayCache {
         }
     }
 
-    fn insert(&mut self, msg: &[u8]) {
+    pub(crate) fn insert(&mut self, msg: &[u8]) {
         let f = Self::fingerprint(msg);
         if self.seen.insert(f) {
             if self.order.len() == self.capacity

@@ -12,12 +12,14 @@
 //!   its validity period).
 //! * [`hop`]: the circuit-hop handshake (typestates, one round trip) that turns a relay's
 //!   onion key into a [`session::Session`].
+//! * [`link`]: the mutually authenticated link handshake between nodes (typestates, one
+//!   round trip, initiator identity hidden from observers).
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
 //!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
 //!   trip, sealing and opening in place.
 //!
-//! Not yet here (issue 3, in progress): the link KEM key and the mutually authenticated link
-//! handshake, onion-key files and rotation scheduling, and onion cell layers.
+//! Not yet here (issue 3, in progress): files and rotation scheduling for onion and link keys,
+//! and onion cell layers.
 //! docs/protocol.md describes the design, marking what is built.
 //!
 //! What it is not for: sockets, clocks, task spawning, or framing of anything but its own
@@ -30,6 +32,7 @@ pub mod hop;
 pub mod identity;
 pub mod kem;
 pub mod keyfile;
+pub mod link;
 pub mod onion_cert;
 pub mod replay;
 pub mod session;
