@@ -10,9 +10,10 @@ use ml_kem::array::Array;
 use ml_kem::{Decapsulate, DecapsulationKey, MlKem768, Seed};
 use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::hop::{HopInitiator, HopResponder, OnionKey, ReplayCache};
+use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
 use nyx_crypto::session::RekeyPolicy;
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 use x25519_dalek::{PublicKey, StaticSecret};
 
 fn handshake(c: &mut Criterion) {
@@ -60,6 +61,21 @@ fn handshake(c: &mut Criterion) {
     g.bench_function("x25519/diffie_hellman", |b| {
         b.iter(|| black_box(secret.diffie_hellman(&peer)))
     });
+    let identity = IdentityKey::from_seed(&[11u8; 32]);
+    let public = identity.public();
+    let sig = identity.sign(b"nyx/v1/bench", &[0u8; 64]);
+    g.bench_function("ed25519/sign_64", |b| {
+        b.iter(|| black_box(identity.sign(b"nyx/v1/bench", &[0u8; 64])))
+    });
+    g.bench_function("ed25519/verify_64", |b| {
+        b.iter(|| black_box(public.verify(b"nyx/v1/bench", &[0u8; 64], &sig)))
+    });
+    let data = vec![0x5au8; 1024];
+    g.throughput(criterion::Throughput::Bytes(1024));
+    g.bench_function("sha256/1024", |b| {
+        b.iter(|| black_box(Sha256::digest(&data)))
+    });
+    g.throughput(criterion::Throughput::Elements(1));
     g.bench_function("hkdf_sha256/extract_expand_32", |b| {
         b.iter(|| {
             let (_, hk) = Hkdf::<Sha256>::extract(Some(b"salt"), &[1u8; 64]);
