@@ -43,6 +43,8 @@ const BINDING_LABEL: &[u8] = b"nyx/v1/hybrid-kem";
 
 /// A hybrid secret key. Zeroized on drop; `Debug` shows nothing secret.
 pub struct HybridSecretKey {
+    /// The seed everything is derived from, kept for key files.
+    seed: Zeroizing<[u8; SEED_LEN]>,
     mlkem: DecapsulationKey<MlKem768>,
     x25519: StaticSecret,
     public: HybridPublicKey,
@@ -85,6 +87,7 @@ impl HybridSecretKey {
         let public =
             HybridPublicKey::assemble(mlkem.encapsulation_key().clone(), PublicKey::from(&x25519));
         HybridSecretKey {
+            seed: Zeroizing::new(*seed),
             mlkem,
             x25519,
             public,
@@ -94,6 +97,11 @@ impl HybridSecretKey {
     /// The public half.
     pub fn public(&self) -> &HybridPublicKey {
         &self.public
+    }
+
+    /// The seed, for writing the key file.
+    pub(crate) fn seed(&self) -> &[u8; SEED_LEN] {
+        &self.seed
     }
 
     /// Recover the shared secrets from a ciphertext made for this key. A well-formed but wrong
