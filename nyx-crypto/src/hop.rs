@@ -320,7 +320,9 @@ pub(crate) fn finish_handshake(
 }
 
 /// X25519 public keys on the wire must have the top bit clear: the curve ignores it, so a set
-/// bit would give two encodings of one key (and let a replay slip past the cache).
+/// bit would give two encodings of one key. (Unreduced values in [p, 2^255) are still
+/// accepted; they are harmless here because the replay cache is keyed on the ML-KEM
+/// ciphertext and X is covered by the transcript and, in the link handshake, the signature.)
 pub(crate) fn canonical_x25519(key: &[u8]) -> Result<(), Error> {
     if key.len() == 32 && key[31] & 0x80 == 0 {
         Ok(())

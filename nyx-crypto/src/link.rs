@@ -26,6 +26,19 @@
 //! `confirm`; only the holder of the initiator's identity key can make `sig`, which covers the
 //! KEM ciphertext and `X` (so it cannot be moved to another handshake). The responder returns
 //! the initiator's verified identity; whether that peer is welcome is the caller's decision.
+//!
+//! Caveats the caller must respect:
+//! * The returned identity proves that peer *made* this HELLO, not that it is present now: a
+//!   HELLO replayed after it left the [`ReplayCache`] (or after a restart) is answered again.
+//!   The replayer cannot use the session (it lacks the initiator's ephemeral secret), so treat
+//!   the peer as connected only once the first packet of the new session opens, and keep the
+//!   link cache apart from the hop cache, rate-limited per source.
+//! * Identity hiding is not forward-secret: whoever later obtains the responder's link key can
+//!   decrypt recorded HELLOs' initiator identities.
+//! * The signature is a transferable proof that the initiator connected to this responder (no
+//!   deniability).
+//! * `finish` consumes the initiator's state, so over a datagram transport a spoofed WELCOME
+//!   arriving first ends the attempt; the transport retries with a new HELLO.
 
 use std::fmt;
 
