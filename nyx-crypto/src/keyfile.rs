@@ -35,8 +35,7 @@ const MAX_FILE_LEN: u64 = 4096;
 
 /// What a key file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum KeyKind {
+enum KeyKind {
     /// A node identity (Ed25519 seed, 32 bytes).
     Identity,
     /// A hybrid KEM key, an onion or link key (its 96-byte seed).
