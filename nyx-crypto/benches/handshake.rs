@@ -8,11 +8,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use hkdf::Hkdf;
 use ml_kem::array::Array;
 use ml_kem::{Decapsulate, DecapsulationKey, MlKem768, Seed};
-use nyx_core::{NodeId, Timestamp};
+use nyx_core::NodeId;
 use nyx_crypto::hop::{HopInitiator, HopResponder, OnionKey, ReplayCache};
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
-use nyx_crypto::session::RekeyPolicy;
 use sha2::{Digest, Sha256};
 use x25519_dalek::{PublicKey, StaticSecret};
 
@@ -28,17 +27,9 @@ fn handshake(c: &mut Criterion) {
                 .expect("start");
             let mut cache = ReplayCache::new(1);
             let (_, created) = HopResponder::new(relay, &keys)
-                .respond(
-                    &create[..],
-                    &mut cache,
-                    RekeyPolicy::default(),
-                    Timestamp::ZERO,
-                )
+                .respond(&create[..], &mut cache)
                 .expect("respond");
-            black_box(
-                sent.finish(&created, RekeyPolicy::default(), Timestamp::ZERO)
-                    .expect("finish"),
-            )
+            black_box(sent.finish(&created).expect("finish"))
         })
     });
     g.finish();

@@ -148,4 +148,27 @@ pub enum Error {
     /// The sending direction used up its packet numbers (2⁶⁴): a new session is needed.
     #[error("session exhausted its packet numbers")]
     SessionExhausted,
+
+    /// An onion cell authenticated but carries a command this version does not know.
+    #[error("onion cell carries unknown command {command}")]
+    UnknownCellCommand {
+        /// The command byte.
+        command: u8,
+    },
+
+    /// A cell was addressed to a hop the circuit does not have.
+    #[error("circuit has {hops} hops; hop {hop} does not exist")]
+    NoSuchHop {
+        /// The hop asked for (0 = the first relay).
+        hop: usize,
+        /// How many hops the circuit has.
+        hops: usize,
+    },
+
+    /// A circuit already has the most hops a cell can carry layers for.
+    #[error("circuit already has the maximum of {max} hops")]
+    TooManyHops {
+        /// The maximum.
+        max: usize,
+    },
 }

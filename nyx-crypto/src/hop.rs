@@ -1,5 +1,6 @@
-//! The circuit-hop handshake: an anonymous client and a relay agree on a [`Session`] in one
-//! round trip, the relay proving it holds its onion key.
+//! The circuit-hop handshake: an anonymous client and a relay agree on the keys of one onion
+//! layer ([`ClientHop`] / [`RelayHop`]) in one round trip, the relay proving it holds its onion
+//! key.
 //!
 //! ```text
 //! CREATE  (client → relay, 1193 bytes)
@@ -17,7 +18,7 @@
 //! K       = kem_secrets.combine("nyx/v1/hop", th)      ML-KEM + X25519 secrets, keys, ciphertexts
 //! prk     = HKDF-Extract(salt = K, ikm = X25519(x, Y))  ephemeral-ephemeral: forward secrecy
 //! confirm = HKDF-Expand(prk, "nyx/v1/hop/confirm", 32)
-//! secret  = HKDF-Expand(prk, "nyx/v1/hop/session", 32) → Session (client: initiator)
+//! secret  = HKDF-Expand(prk, "nyx/v1/hop/session", 32) → onion layer keys (crate::onion)
 //! ```
 //!
 //! Only the holder of the onion key can decapsulate `ct`, so only it can compute `confirm`;
@@ -28,10 +29,9 @@
 //!
 //! ```compile_fail,E0382
 //! # use nyx_crypto::hop::HopInitiatorSent;
-//! # use nyx_crypto::session::RekeyPolicy;
 //! # fn twice(sent: HopInitiatorSent, created: &[u8]) {
-//! let _ = sent.finish(created, RekeyPolicy::default(), nyx_core::Timestamp::ZERO);
-//! let _ = sent.finish(created, RekeyPolicy::default(), nyx_core::Timestamp::ZERO); // moved
+//! let _ = sent.finish(created);
+//! let _ = sent.finish(created); // moved
 //! # }
 //! ```
 
@@ -39,7 +39,7 @@ use std::collections::{HashSet, VecDeque};
 use std::fmt;
 
 use hkdf::Hkdf;
-use nyx_core::{NodeId, Timestamp};
+use nyx_core::NodeId;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use x25519_dalek::{PublicKey, StaticSecret};
@@ -50,7 +50,8 @@ use crate::kem::{CIPHERTEXT_LEN, HybridPublicKey, HybridSecretKey, SharedSecrets
 
 /// Length of the ML-KEM-768 part of the hybrid ciphertext.
 const MLKEM_CT_LEN: usize = CIPHERTEXT_LEN - 32;
-use crate::session::{RekeyPolicy, Role, Session, SessionSecret};
+use crate::onion::{ClientHop, RelayHop};
+use crate::session::SessionSecret;
 
 const VERSION: u8 = 1;
 /// Length of a CREATE message.
@@ -149,29 +150,24 @@ impl HopInitiator {
 }
 
 impl HopInitiatorSent {
-    /// Check CREATED and become a session (the client is the initiator). A relay without the
-    /// onion key or a modified message fails key confirmation ([`Error::HandshakeFailed`]);
-    /// a non-canonical or low-order `Y` is [`Error::InvalidPublicKey`].
-    pub fn finish(
-        self,
-        created: &[u8],
-        policy: RekeyPolicy,
-        now: Timestamp,
-    ) -> Result<Session, Error> {
+    /// Check CREATED and become the client's side of the hop's onion layer. A relay without
+    /// the onion key or a modified message fails key confirmation
+    /// ([`Error::HandshakeFailed`]); a non-canonical or low-order `Y` is
+    /// [`Error::InvalidPublicKey`].
+    pub fn finish(self, created: &[u8]) -> Result<ClientHop, Error> {
         let reply = Reply {
             what: "CREATED",
             len: CREATED_LEN,
         };
-        finish_handshake(
+        let secret = finish_handshake(
             &LABELS,
             &self.kem,
             &self.x,
             &self.create[..],
             created,
             reply,
-            policy,
-            now,
-        )
+        )?;
+        Ok(ClientHop::new(&secret))
     }
 }
 
@@ -200,7 +196,7 @@ impl fmt::Debug for OnionKey {
     }
 }
 
-/// The relay's side: one step from CREATE to CREATED and a session.
+/// The relay's side: one step from CREATE to CREATED and the relay's side of the layer.
 pub struct HopResponder<'a> {
     relay: NodeId,
     /// Current and next onion keys (the overlap of a rotation).
@@ -213,19 +209,17 @@ impl<'a> HopResponder<'a> {
         HopResponder { relay, keys }
     }
 
-    /// Answer CREATE with fresh randomness; returns the session (relay = responder) and CREATED.
+    /// Answer CREATE with fresh randomness; returns the relay's side of the layer and CREATED.
     pub fn respond(
         self,
         create: &[u8],
         replay: &mut ReplayCache,
-        policy: RekeyPolicy,
-        now: Timestamp,
-    ) -> Result<(Session, [u8; CREATED_LEN]), Error> {
+    ) -> Result<(RelayHop, [u8; CREATED_LEN]), Error> {
         let mut y = Zeroizing::new([0u8; 32]);
         getrandom::fill(y.as_mut_slice()).map_err(|e| Error::Random {
             reason: e.to_string(),
         })?;
-        self.respond_from(create, replay, policy, now, &y)
+        self.respond_from(create, replay, &y)
     }
 
     /// [`respond`](Self::respond) from an explicit ephemeral secret.
@@ -233,10 +227,8 @@ impl<'a> HopResponder<'a> {
         self,
         create: &[u8],
         replay: &mut ReplayCache,
-        policy: RekeyPolicy,
-        now: Timestamp,
         y: &[u8; 32],
-    ) -> Result<(Session, [u8; CREATED_LEN]), Error> {
+    ) -> Result<(RelayHop, [u8; CREATED_LEN]), Error> {
         check_message(create, "CREATE", CREATE_LEN)?;
         if create[1..33] != self.relay.as_bytes()[..] {
             return Err(Error::WrongRelay);
@@ -265,10 +257,7 @@ impl<'a> HopResponder<'a> {
         created[0] = VERSION;
         created[1..33].copy_from_slice(y_pub.as_bytes());
         created[33..].copy_from_slice(&keys.confirm[..]);
-        Ok((
-            Session::new(&keys.session, Role::Responder, policy, now),
-            created,
-        ))
+        Ok((RelayHop::new(&keys.session), created))
     }
 }
 
@@ -294,8 +283,7 @@ pub(crate) struct Reply {
 
 /// The initiator's last step, shared by both handshakes: check the reply (`version || Y ||
 /// confirm`), derive the keys over `first` and `Y`, compare `confirm` in constant time, and
-/// become the session's initiator.
-#[allow(clippy::too_many_arguments)]
+/// return the agreed secret.
 pub(crate) fn finish_handshake(
     labels: &Labels,
     kem: &SharedSecrets,
@@ -303,9 +291,7 @@ pub(crate) fn finish_handshake(
     first: &[u8],
     reply: &[u8],
     expect: Reply,
-    policy: RekeyPolicy,
-    now: Timestamp,
-) -> Result<Session, Error> {
+) -> Result<SessionSecret, Error> {
     check_message(reply, expect.what, expect.len)?;
     canonical_x25519(&reply[1..33])?;
     let mut y = [0u8; 32];
@@ -316,7 +302,7 @@ pub(crate) fn finish_handshake(
     if !bool::from(keys.confirm.ct_eq(&reply[33..])) {
         return Err(Error::HandshakeFailed);
     }
-    Ok(Session::new(&keys.session, Role::Initiator, policy, now))
+    Ok(keys.session)
 }
 
 /// X25519 public keys on the wire must have the top bit clear: the curve ignores it, so a set
@@ -354,11 +340,9 @@ impl HopResponder<'_> {
         self,
         create: &[u8],
         replay: &mut ReplayCache,
-        policy: RekeyPolicy,
-        now: Timestamp,
         y: &[u8; 32],
-    ) -> Result<(Session, [u8; CREATED_LEN]), Error> {
-        self.respond_from(create, replay, policy, now, y)
+    ) -> Result<(RelayHop, [u8; CREATED_LEN]), Error> {
+        self.respond_from(create, replay, y)
     }
 }
 

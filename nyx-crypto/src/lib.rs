@@ -17,22 +17,27 @@
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
 //!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
 //!   trip, sealing and opening in place.
+//! * [`onion`]: fixed-size onion cells for circuits of up to three relays, keyed by the hop
+//!   handshake: layers removed and added in place, bitwise unlinkable across hops, modified
+//!   cells caught by the next hop, replays refused per hop.
+//! * [`aead`]: the ChaCha20-Poly1305 all of the above use, in place and allocation-free.
 //!
-//! Not yet here (issue 3, in progress): files and rotation scheduling for onion and link keys,
-//! and onion cell layers.
-//! docs/protocol.md describes the design, marking what is built.
+//! The rotation schedule of onion keys belongs to the overlay (nyx-daemon). docs/protocol.md
+//! describes every message, key schedule and the reasons behind them.
 //!
 //! What it is not for: sockets, clocks, task spawning, or framing of anything but its own
 //! messages.
 
 #![forbid(unsafe_code)]
 
+pub mod aead;
 mod error;
 pub mod hop;
 pub mod identity;
 pub mod kem;
 pub mod keyfile;
 pub mod link;
+pub mod onion;
 pub mod onion_cert;
 pub mod replay;
 pub mod session;

@@ -42,14 +42,13 @@
 
 use std::fmt;
 
-use chacha20poly1305::aead::{AeadInOut, KeyInit};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce, Tag};
 use nyx_core::{NodeId, Timestamp};
 use sha2::{Digest, Sha256};
 use x25519_dalek::{PublicKey, StaticSecret};
 use zeroize::Zeroizing;
 
 use crate::Error;
+use crate::aead::{ChaCha20Poly1305, NONCE_LEN};
 use crate::hop::{
     Labels, ReplayCache, Reply, canonical_x25519, check_message, derive, finish_handshake,
     random_triple,
@@ -166,9 +165,7 @@ impl<'a> LinkInitiator<'a> {
             .copy_from_slice(&self.identity.sign(SIGN_CONTEXT, &th1));
         let (clear, sealed) = hello.split_at_mut(CLEAR_LEN);
         let (body, tag_out) = sealed.split_at_mut(PUBLIC_KEY_LEN + SIGNATURE_LEN);
-        let tag = id_cipher(&kem, &th1)
-            .encrypt_inout_detached(&Nonce::default(), clear, body.into())
-            .map_err(|_| Error::PayloadTooLong { len: body.len() })?;
+        let tag = id_cipher(&kem, &th1).seal_in_place(&[0; NONCE_LEN], clear, body)?;
         tag_out.copy_from_slice(&tag);
         let sent = LinkInitiatorSent {
             x,
@@ -206,16 +203,9 @@ impl LinkInitiatorSent {
             what: "WELCOME",
             len: WELCOME_LEN,
         };
-        finish_handshake(
-            &LABELS,
-            &self.kem,
-            &self.x,
-            &self.hello[..],
-            welcome,
-            reply,
-            policy,
-            now,
-        )
+        let secret =
+            finish_handshake(&LABELS, &self.kem, &self.x, &self.hello[..], welcome, reply)?;
+        Ok(Session::new(&secret, Role::Initiator, policy, now))
     }
 }
 
@@ -260,9 +250,8 @@ impl<'a> LinkResponder<'a> {
         let mut sealed = [0u8; SEALED_ID_LEN];
         sealed.copy_from_slice(&hello[CLEAR_LEN..]);
         let (body, tag) = sealed.split_at_mut(PUBLIC_KEY_LEN + SIGNATURE_LEN);
-        let tag = Tag::try_from(&*tag).map_err(|_| Error::HandshakeFailed)?;
         id_cipher(&kem, &th1)
-            .decrypt_inout_detached(&Nonce::default(), &hello[..CLEAR_LEN], body.into(), &tag)
+            .open_in_place(&[0; NONCE_LEN], &hello[..CLEAR_LEN], body, tag)
             .map_err(|_| Error::HandshakeFailed)?;
         let mut id_bytes = [0u8; PUBLIC_KEY_LEN];
         id_bytes.copy_from_slice(&body[..PUBLIC_KEY_LEN]);
@@ -305,7 +294,7 @@ fn th1(clear: &[u8]) -> [u8; 32] {
 
 fn id_cipher(kem: &SharedSecrets, th1: &[u8; 32]) -> ChaCha20Poly1305 {
     let k = kem.combine(LABEL_ID, th1);
-    ChaCha20Poly1305::new(&Key::from(*k))
+    ChaCha20Poly1305::new(&k)
 }
 
 #[cfg(test)]

@@ -44,14 +44,13 @@ use std::fmt;
 use std::ops::Range;
 use std::time::Duration;
 
-use chacha20poly1305::aead::{AeadInOut, KeyInit};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce, Tag};
 use hkdf::Hkdf;
 use nyx_core::Timestamp;
 use sha2::Sha256;
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 use crate::Error;
+use crate::aead::{self, NONCE_LEN};
 use crate::replay::ReplayWindow;
 
 /// Bytes before the payload: epoch (1) and packet number (8).
@@ -92,6 +91,11 @@ impl SessionSecret {
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
         SessionSecret(bytes)
     }
+
+    /// The secret's bytes, for key schedules inside this crate.
+    pub(crate) fn expose(&self) -> &[u8; 32] {
+        &self.0
+    }
 }
 
 impl fmt::Debug for SessionSecret {
@@ -127,15 +131,15 @@ impl Default for RekeyPolicy {
 /// One direction's key in one epoch.
 struct EpochKey {
     raw: Zeroizing<[u8; 32]>,
-    cipher: ChaCha20Poly1305,
     epoch: u32,
 }
 
 impl EpochKey {
     fn new(raw: [u8; 32], epoch: u32) -> Self {
-        let raw = Zeroizing::new(raw);
-        let cipher = ChaCha20Poly1305::new(&Key::from(*raw));
-        EpochKey { raw, cipher, epoch }
+        EpochKey {
+            raw: Zeroizing::new(raw),
+            epoch,
+        }
     }
 
     /// The key of the following epoch: HKDF-Expand(current key, "…/rekey").
@@ -155,10 +159,10 @@ fn expand(prk: &[u8], info: &[u8], out: &mut [u8; 32]) {
     }
 }
 
-fn nonce(pn: u64) -> Nonce {
-    let mut n = [0u8; 12];
+fn nonce(pn: u64) -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
     n[4..].copy_from_slice(&pn.to_be_bytes());
-    Nonce::from(n)
+    n
 }
 
 /// A datagram session between two parties. See the [module docs](self).
@@ -228,11 +232,7 @@ impl Session {
         header[0] = self.send.epoch as u8;
         header[1..].copy_from_slice(&pn.to_be_bytes());
         let (payload, rest) = rest.split_at_mut(len);
-        let tag = self
-            .send
-            .cipher
-            .encrypt_inout_detached(&nonce(pn), header, payload.into())
-            .map_err(|_| Error::PayloadTooLong { len })?;
+        let tag = aead::seal_in_place(&self.send.raw, &nonce(pn), header, payload)?;
         rest[..TAG_LEN].copy_from_slice(&tag);
         self.next_pn += 1;
         self.send_packets += 1;
@@ -258,16 +258,15 @@ impl Session {
         self.expire_previous(now);
         let payload_end = buf.len() - TAG_LEN;
         let (header_and_payload, tag) = buf.split_at_mut(payload_end);
-        let tag = Tag::try_from(&*tag).map_err(|_| Error::AuthenticationFailed)?;
         let (header, payload) = header_and_payload.split_at_mut(HEADER_LEN);
 
         let current = self.recv.epoch;
         if epoch_byte == current as u8 {
-            open_with(&self.recv, pn, header, payload, &tag)?;
+            open_with(&self.recv, pn, header, payload, tag)?;
         } else if let Some((prev, _)) = &self.recv_previous
             && epoch_byte == prev.epoch as u8
         {
-            open_with(prev, pn, header, payload, &tag)?;
+            open_with(prev, pn, header, payload, tag)?;
         } else {
             // A later epoch: derive forward (at most MAX_EPOCH_SKIP steps, each derived once
             // and kept, so forged packets naming far epochs cannot make us derive repeatedly).
@@ -280,7 +279,7 @@ impl Session {
                 let next = self.recv_ahead.last().unwrap_or(&self.recv).next();
                 self.recv_ahead.push(next);
             }
-            open_with(&self.recv_ahead[ahead - 1], pn, header, payload, &tag)?;
+            open_with(&self.recv_ahead[ahead - 1], pn, header, payload, tag)?;
             let later = self.recv_ahead.split_off(ahead);
             let mut reached = std::mem::replace(&mut self.recv_ahead, later);
             let Some(candidate) = reached.pop() else {
@@ -334,11 +333,9 @@ fn open_with(
     pn: u64,
     header: &[u8],
     payload: &mut [u8],
-    tag: &Tag,
+    tag: &[u8],
 ) -> Result<(), Error> {
-    key.cipher
-        .decrypt_inout_detached(&nonce(pn), header, payload.into(), tag)
-        .map_err(|_| Error::AuthenticationFailed)
+    aead::open_in_place(&key.raw, &nonce(pn), header, payload, tag)
 }
 
 impl fmt::Debug for Session {

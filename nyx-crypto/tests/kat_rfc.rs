@@ -5,8 +5,7 @@
 //! * X25519: RFC 7748, section 5.2 (two scalar-multiplication vectors and the iterated test
 //!   after 1 and 1 000 iterations) and section 6.1 (the Diffie-Hellman example).
 
-use chacha20poly1305::aead::{AeadInOut, KeyInit};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce, Tag};
+use nyx_crypto::aead::ChaCha20Poly1305;
 use x25519_dalek::{X25519_BASEPOINT_BYTES, x25519};
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -36,18 +35,12 @@ for the future, sunscreen would be it.";
     );
     let tag = unhex("1ae10b594f09e26a7e902ecbd0600691");
 
-    let cipher = ChaCha20Poly1305::new(&Key::from(key));
+    let cipher = ChaCha20Poly1305::new(&key);
     let mut buf = plaintext.to_vec();
-    let got_tag = cipher
-        .encrypt_inout_detached(&Nonce::from(nonce), &aad, buf.as_mut_slice().into())
-        .unwrap();
+    let got_tag = cipher.seal_in_place(&nonce, &aad, &mut buf).unwrap();
     assert_eq!(buf, ciphertext);
     assert_eq!(got_tag.as_slice(), tag.as_slice());
-
-    let tag = Tag::try_from(tag.as_slice()).unwrap();
-    cipher
-        .decrypt_inout_detached(&Nonce::from(nonce), &aad, buf.as_mut_slice().into(), &tag)
-        .unwrap();
+    cipher.open_in_place(&nonce, &aad, &mut buf, &tag).unwrap();
     assert_eq!(buf, plaintext);
 
     // The same vector with one bit of the ciphertext, the tag or the AAD changed is refused.
@@ -55,25 +48,22 @@ for the future, sunscreen would be it.";
     tampered[10] ^= 1;
     assert!(
         cipher
-            .decrypt_inout_detached(
-                &Nonce::from(nonce),
-                &aad,
-                tampered.as_mut_slice().into(),
-                &tag
-            )
+            .open_in_place(&nonce, &aad, &mut tampered, &tag)
+            .is_err()
+    );
+    let mut bad_tag = tag.clone();
+    bad_tag[15] ^= 0x80;
+    let mut ct = ciphertext.clone();
+    assert!(
+        cipher
+            .open_in_place(&nonce, &aad, &mut ct, &bad_tag)
             .is_err()
     );
     let mut other_aad = aad.clone();
     other_aad[0] ^= 1;
-    let mut ct = ciphertext.clone();
     assert!(
         cipher
-            .decrypt_inout_detached(
-                &Nonce::from(nonce),
-                &other_aad,
-                ct.as_mut_slice().into(),
-                &tag
-            )
+            .open_in_place(&nonce, &other_aad, &mut ct, &tag)
             .is_err()
     );
 }

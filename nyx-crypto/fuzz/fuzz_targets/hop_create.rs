@@ -6,10 +6,9 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use nyx_core::{NodeId, Timestamp};
+use nyx_core::NodeId;
 use nyx_crypto::hop::{CREATE_LEN, HopInitiator, HopResponder, OnionKey, ReplayCache};
 use nyx_crypto::kem::HybridSecretKey;
-use nyx_crypto::session::RekeyPolicy;
 
 const RELAY: NodeId = NodeId::from_bytes([2; 32]);
 
@@ -21,13 +20,7 @@ fn keys() -> &'static [OnionKey; 1] {
 fn respond(msg: &[u8]) -> Option<[u8; 65]> {
     let mut cache = ReplayCache::new(4);
     HopResponder::new(RELAY, keys())
-        .respond_with(
-            msg,
-            &mut cache,
-            RekeyPolicy::default(),
-            Timestamp::ZERO,
-            &[3; 32],
-        )
+        .respond_with(msg, &mut cache, &[3; 32])
         .ok()
         .map(|(_, created)| created)
 }
@@ -44,9 +37,7 @@ fuzz_target!(|data: &[u8]| {
         changed |= *d != 0;
     }
     if let Some(created) = respond(&msg) {
-        let agreed = sent
-            .finish(&created, RekeyPolicy::default(), Timestamp::ZERO)
-            .is_ok();
+        let agreed = sent.finish(&created).is_ok();
         assert_eq!(agreed, !changed, "a modified CREATE produced matching keys");
     }
 });

@@ -5,10 +5,9 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use nyx_core::{NodeId, Timestamp};
+use nyx_core::NodeId;
 use nyx_crypto::hop::HopInitiator;
 use nyx_crypto::kem::{HybridPublicKey, HybridSecretKey};
-use nyx_crypto::session::RekeyPolicy;
 
 fn onion() -> &'static HybridPublicKey {
     static KEY: OnceLock<HybridPublicKey> = OnceLock::new();
@@ -19,8 +18,5 @@ fuzz_target!(|data: &[u8]| {
     let (sent, _) = HopInitiator::new(NodeId::from_bytes([2; 32]), onion().clone())
         .start_with(&[4; 32], &[5; 32], &[6; 32])
         .expect("start");
-    assert!(
-        sent.finish(data, RekeyPolicy::default(), Timestamp::ZERO)
-            .is_err()
-    );
+    assert!(sent.finish(data).is_err());
 });

@@ -168,14 +168,13 @@ fn a_resealed_signature_from_another_handshake_is_refused() {
     const BODY: usize = PUBLIC_KEY_LEN + SIGNATURE_LEN;
     let mut body = [0u8; BODY];
     body.copy_from_slice(&from_alice[CLEAR_LEN..CLEAR_LEN + BODY]);
-    let tag = Tag::try_from(&from_alice[CLEAR_LEN + BODY..]).unwrap();
     let th_alice = th1(&from_alice[..CLEAR_LEN]);
     id_cipher(&alice_sent.kem, &th_alice)
-        .decrypt_inout_detached(
-            &Nonce::default(),
+        .open_in_place(
+            &[0; NONCE_LEN],
             &from_alice[..CLEAR_LEN],
-            (&mut body[..]).into(),
-            &tag,
+            &mut body,
+            &from_alice[CLEAR_LEN + BODY..],
         )
         .unwrap();
     assert_eq!(&body[..PUBLIC_KEY_LEN], &alice.identity.public().to_bytes());
@@ -187,7 +186,7 @@ fn a_resealed_signature_from_another_handshake_is_refused() {
     let (plain, tag_out) = sealed.split_at_mut(PUBLIC_KEY_LEN + SIGNATURE_LEN);
     plain.copy_from_slice(&body);
     let tag = id_cipher(&mallory_sent.kem, &th_mallory)
-        .encrypt_inout_detached(&Nonce::default(), clear, plain.into())
+        .seal_in_place(&[0; NONCE_LEN], clear, plain)
         .unwrap();
     tag_out.copy_from_slice(&tag);
     assert_eq!(
