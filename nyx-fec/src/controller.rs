@@ -1,0 +1,333 @@
+//! How much redundancy to send up front: a loss estimator fed by the receiver's cumulative
+//! counters, a model that turns the estimate into repair symbols for a block, and a slow
+//! integral trim that corrects the model from what actually happened. docs/fec.md derives the
+//! control law and its tuning.
+
+/// Prior loss rate before the first feedback arrives: cautious, since the first blocks go
+/// out before any is reported (it costs a few percent on a clean path for one round trip).
+const PRIOR_LOSS: f64 = 0.05;
+/// Horizon of the long (steady-state) estimate, in packets.
+const LONG_HORIZON: f64 = 2000.0;
+/// Horizon of the short (step-detection) estimate, in packets.
+const SHORT_HORIZON: f64 = 150.0;
+/// The short estimate replaces the long one when it exceeds it by this many standard errors.
+const JUMP_SIGMAS: f64 = 3.0;
+/// Gain of the integral trim per block outcome.
+const TRIM_GAIN: f64 = 0.02;
+/// Bounds of the trim on the loss rate: anti-windup (the integral stops at them).
+const TRIM_MIN: f64 = 0.8;
+const TRIM_MAX: f64 = 2.0;
+/// Extra symbols beyond K the receiver asks for when a block is stuck: RaptorQ fails with
+/// probability about 1e-2 at exactly K and 1e-4 at K + 1 (RFC 6330, section 4.4).
+pub const DECODE_MARGIN: u32 = 1;
+const DECODE_FAIL_AT_K: f64 = 1e-2;
+const DECODE_FAIL_AT_K1: f64 = 1e-4;
+
+/// Estimates the loss rate and mean burst length of the path from feedback counters.
+#[derive(Debug, Clone)]
+pub struct LossEstimator {
+    last: Option<(u32, u32, u32)>,
+    long: f64,
+    short: f64,
+    burst: f64,
+    packets: f64,
+}
+
+impl Default for LossEstimator {
+    fn default() -> Self {
+        LossEstimator {
+            last: None,
+            long: PRIOR_LOSS,
+            short: PRIOR_LOSS,
+            burst: 1.0,
+            packets: 0.0,
+        }
+    }
+}
+
+impl LossEstimator {
+    /// Take the receiver's cumulative counters. Counters older than the last ones seen (a
+    /// reordered feedback message) are ignored.
+    pub fn update(&mut self, expected: u32, received: u32, runs: u32) {
+        let Some((e0, r0, u0)) = self.last else {
+            self.last = Some((expected, received, runs));
+            if expected > 0 {
+                self.observe(expected, f64::from(expected.saturating_sub(received)), runs);
+            }
+            return;
+        };
+        if expected < e0 || received < r0 || runs < u0 {
+            return;
+        }
+        self.last = Some((expected, received, runs));
+        let n = expected - e0;
+        // Reordered packets count as lost in one interval and as received in a later one,
+        // so an interval's loss may be negative: keeping the sign keeps the estimate
+        // unbiased (clamping each interval at zero would overestimate under reordering).
+        let lost = f64::from(n) - f64::from(received - r0);
+        if n > 0 {
+            self.observe(n, lost, runs - u0);
+        }
+    }
+
+    fn observe(&mut self, n: u32, lost: f64, runs: u32) {
+        let n = f64::from(n);
+        let rate = (lost / n).clamp(-1.0, 1.0);
+        self.packets += n;
+        // Until a horizon's worth of packets has been seen, average everything seen (the
+        // prior then fades after the first report instead of over thousands of packets).
+        let warm = n / self.packets;
+        self.short += (1.0 - (-n / SHORT_HORIZON).exp()).max(warm) * (rate - self.short);
+        self.long += (1.0 - (-n / LONG_HORIZON).exp()).max(warm) * (rate - self.long);
+        // A rise the long estimate would take thousands of packets to follow: jump to it.
+        let samples = self.packets.min(SHORT_HORIZON);
+        let se = (self.long.max(0.001) * (1.0 - self.long) / samples).sqrt();
+        if self.short > self.long + JUMP_SIGMAS * se {
+            self.long = self.short;
+        }
+        if runs > 0 && lost > 0.0 {
+            let b = (lost / f64::from(runs)).max(1.0);
+            self.burst += (1.0 - (-n / LONG_HORIZON).exp()) * (b - self.burst);
+        }
+    }
+
+    /// Whether enough has been reported for the estimate to be more than the prior (100
+    /// packets).
+    pub fn has_data(&self) -> bool {
+        self.packets >= 100.0
+    }
+
+    /// The loss rate to plan for.
+    pub fn loss(&self) -> f64 {
+        self.long.clamp(0.0, 0.95)
+    }
+
+    /// Mean length of a run of losses (1 for independent losses).
+    pub fn burst(&self) -> f64 {
+        self.burst.max(1.0)
+    }
+}
+
+/// Chooses the up-front repair symbols of each block.
+#[derive(Debug, Clone)]
+pub struct Redundancy {
+    target: f64,
+    max_redundancy: f64,
+    trim: f64,
+}
+
+impl Redundancy {
+    /// A controller aiming at `target` probability of a second round, never adding more than
+    /// `max_redundancy` × K repair symbols.
+    pub fn new(target: f64, max_redundancy: f64) -> Self {
+        Redundancy {
+            target,
+            max_redundancy,
+            trim: 1.0,
+        }
+    }
+
+    /// Repair symbols to send with a block of `k` source symbols, for loss rate `p` and mean
+    /// burst length `burst`: the fewest that keep the probability of a second round at or
+    /// below the target. A block of `n = K + R` symbols fails if fewer than K arrive, and
+    /// with RaptorQ's decoding failure probability if exactly K (1e-2) or K + 1 (1e-4) do
+    /// (RFC 6330, section 4.4); the number lost is modelled as binomial over `n / D`
+    /// independent events of `D = 2·burst − 1` packets each (the variance of losses that come
+    /// in bursts of geometric length).
+    pub fn repair_symbols(&self, k: u16, p: f64, burst: f64) -> u32 {
+        let k = u32::from(k);
+        let p = (p * self.trim).clamp(0.0, 0.95);
+        let max = (f64::from(k) * self.max_redundancy).floor() as u32;
+        if p <= 0.0 || max == 0 {
+            return 0;
+        }
+        let d = (2.0 * burst - 1.0).max(1.0);
+        let fails = |r: u32| -> f64 {
+            let n = f64::from(k + r);
+            let n_eff = ((n / d).round() as u32).max(1);
+            // Losses (in units of D packets) that still leave K, K + 1, K + 2 symbols.
+            let spare = |extra: u32| (f64::from(r.saturating_sub(extra)) / d).floor() as u32;
+            let more_than = |m: u32| binomial_tail(n_eff, p, m);
+            let fewer_than_k = if r == 0 {
+                more_than(0)
+            } else {
+                more_than(spare(0))
+            };
+            let exactly_k = if r == 0 {
+                1.0 - more_than(0)
+            } else {
+                more_than(spare(1)) - fewer_than_k
+            };
+            let exactly_k1 = if r <= 1 {
+                0.0
+            } else {
+                more_than(spare(2)) - more_than(spare(1))
+            };
+            fewer_than_k + DECODE_FAIL_AT_K * exactly_k + DECODE_FAIL_AT_K1 * exactly_k1
+        };
+        // fails() decreases in r: binary search the smallest r that meets the target.
+        let (mut lo, mut hi) = (0u32, max);
+        if fails(hi) > self.target {
+            return max;
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if fails(mid) <= self.target {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// Learn from one finished block whether it needed a second round: an integral on the
+    /// error against the target, clamped (anti-windup), scaling the loss rate the model uses.
+    pub fn on_block(&mut self, second_round: bool) {
+        let error = if second_round { 1.0 } else { 0.0 } - self.target;
+        self.trim = (self.trim * (TRIM_GAIN * error).exp()).clamp(TRIM_MIN, TRIM_MAX);
+    }
+
+    /// The current trim factor on the loss rate (1 = the model as is).
+    pub fn trim(&self) -> f64 {
+        self.trim
+    }
+}
+
+/// P(X > m) for X ~ Binomial(n, p): exact summation for n ≤ 2000, else a normal
+/// approximation with continuity correction.
+pub fn binomial_tail(n: u32, p: f64, m: u32) -> f64 {
+    if m >= n {
+        return 0.0;
+    }
+    if p <= 0.0 {
+        return 0.0;
+    }
+    if p >= 1.0 {
+        return 1.0;
+    }
+    if n > 2000 {
+        let mean = f64::from(n) * p;
+        let sd = (mean * (1.0 - p)).sqrt();
+        return 0.5 * erfc((f64::from(m) + 0.5 - mean) / (sd * std::f64::consts::SQRT_2));
+    }
+    // P(X <= m) by summing the pmf from 0 in log space, then the complement.
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    let mut log_pmf = f64::from(n) * lq;
+    let mut cdf = log_pmf.exp();
+    for i in 0..m {
+        log_pmf += (f64::from(n - i) / f64::from(i + 1)).ln() + lp - lq;
+        cdf += log_pmf.exp();
+    }
+    (1.0 - cdf).max(0.0)
+}
+
+/// Complementary error function (Numerical Recipes' erfc approximation, relative error below
+/// 1.2e-7), enough for choosing symbol counts.
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let r = t * poly.exp();
+    if x >= 0.0 { r } else { 2.0 - r }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binomial_tail_matches_known_values() {
+        // P(X > 0) for Bin(10, 0.5) = 1 - 2^-10.
+        assert!((binomial_tail(10, 0.5, 0) - (1.0 - 1.0 / 1024.0)).abs() < 1e-12);
+        // P(X > 9) for Bin(10, 0.5) = 2^-10.
+        assert!((binomial_tail(10, 0.5, 9) - 1.0 / 1024.0).abs() < 1e-12);
+        assert_eq!(binomial_tail(10, 0.5, 10), 0.0);
+        // The normal branch agrees with the exact one near its switch-over.
+        let exact = binomial_tail(2000, 0.05, 110);
+        let approx = binomial_tail(2001, 0.05, 110);
+        assert!((exact - approx).abs() < 0.02, "{exact} {approx}");
+    }
+
+    #[test]
+    fn more_loss_or_burstiness_needs_more_repair() {
+        let c = Redundancy::new(0.01, 1.0);
+        assert_eq!(c.repair_symbols(256, 0.0, 1.0), 0);
+        let r1 = c.repair_symbols(256, 0.01, 1.0);
+        let r5 = c.repair_symbols(256, 0.05, 1.0);
+        let r20 = c.repair_symbols(256, 0.20, 1.0);
+        let r5b = c.repair_symbols(256, 0.05, 5.0);
+        assert!(0 < r1 && r1 < r5 && r5 < r20, "{r1} {r5} {r20}");
+        assert!(r5b > r5, "{r5b} {r5}");
+        // The choice meets the target and one fewer symbol would not (losses beyond r fail;
+        // the decoding-failure terms only add).
+        let fewer_than_k = |r: u32| binomial_tail(256 + r, 0.05, r);
+        assert!(fewer_than_k(r5) <= 0.01);
+        assert!(fewer_than_k(r5 - 2) > 0.01 * 0.5, "{r5}");
+        // Clamped at max_redundancy.
+        assert_eq!(Redundancy::new(0.01, 0.1).repair_symbols(100, 0.5, 1.0), 10);
+    }
+
+    #[test]
+    fn estimator_follows_a_step_within_a_few_hundred_packets_and_is_steady() {
+        let mut e = LossEstimator::default();
+        let (mut expected, mut received, mut runs) = (0u32, 0u32, 0u32);
+        let mut feed = |e: &mut LossEstimator, n: u32, lost: u32| {
+            expected += n;
+            received += n - lost;
+            runs += lost;
+            e.update(expected, received, runs);
+        };
+        for _ in 0..100 {
+            feed(&mut e, 50, 0); // 1% loss, as 1 in every 100
+            feed(&mut e, 50, 1);
+        }
+        assert!((e.loss() - 0.01).abs() < 0.003, "{}", e.loss());
+        // Step to 15%: within 300 packets the estimate is near it.
+        for _ in 0..6 {
+            feed(&mut e, 50, 8);
+        }
+        assert!(e.loss() > 0.12, "after the step: {}", e.loss());
+        // Steady at 15%: successive estimates stay close (no oscillation).
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            feed(&mut e, 50, 7);
+            feed(&mut e, 50, 8);
+            seen.push(e.loss());
+        }
+        let (lo, hi) = seen[50..]
+            .iter()
+            .fold((1.0f64, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+        assert!(hi - lo < 0.01 && (lo + hi) / 2.0 > 0.14, "{lo}..{hi}");
+        // Stale (reordered) feedback is ignored.
+        let before = e.loss();
+        e.update(1, 1, 0);
+        assert_eq!(e.loss(), before);
+    }
+
+    #[test]
+    fn trim_is_bounded_and_settles_at_the_target_rate() {
+        let mut c = Redundancy::new(0.01, 1.0);
+        for _ in 0..1000 {
+            c.on_block(true);
+        }
+        assert_eq!(c.trim(), TRIM_MAX);
+        for _ in 0..100_000 {
+            c.on_block(false);
+        }
+        assert_eq!(c.trim(), TRIM_MIN);
+        // One failure in a hundred is the equilibrium: the trim neither climbs nor falls.
+        let mut c = Redundancy::new(0.01, 1.0);
+        for i in 0..10_000 {
+            c.on_block(i % 100 == 0);
+        }
+        assert!((c.trim() - 1.0).abs() < 0.1, "{}", c.trim());
+    }
+}

@@ -1,0 +1,354 @@
+//! The receiving side of a stream: collects symbols, decodes blocks as soon as it can,
+//! delivers them in order, and reports loss and missing symbols.
+
+use std::collections::VecDeque;
+
+use nyx_core::Timestamp;
+use raptorq::{EncodingPacket, PayloadId, SourceBlockDecoder};
+
+use crate::controller::DECODE_MARGIN;
+use crate::packet::{Feedback, MAX_REQUESTS, NEEDED_ALL, Request, SymbolHeader};
+use crate::sender::block_config;
+use crate::{Error, FecConfig};
+
+/// Sequence numbers remembered for duplicate detection.
+const SEQ_WINDOW: u32 = 4096;
+/// How far behind the highest sequence number a packet may arrive and still count as
+/// received rather than lost (reordering tolerance of the loss report).
+pub const SETTLE_LAG: u32 = 256;
+
+enum Slot {
+    /// Known to exist (a later block arrived, at `since`) but nothing of it yet.
+    Empty {
+        since: Timestamp,
+    },
+    Decoding {
+        decoder: Box<SourceBlockDecoder>,
+        k: u16,
+        /// Stream bytes in the block (from K and the tail).
+        len: usize,
+        received: u32,
+        last_at: Timestamp,
+    },
+    Decoded,
+}
+
+/// Counters of what a receiver saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    /// Symbol packets accepted (duplicates included).
+    pub packets: u64,
+    /// Packets that repeated a sequence number already seen.
+    pub duplicates: u64,
+    /// Packets for blocks already delivered.
+    pub late: u64,
+    /// Blocks decoded.
+    pub blocks: u64,
+    /// Stream bytes delivered to the reader.
+    pub bytes: u64,
+}
+
+/// The receiving side of one stream direction. Sans-IO, like [`crate::Sender`].
+pub struct Receiver {
+    config: FecConfig,
+    next: u32,
+    slots: VecDeque<Slot>,
+    /// Decoded blocks waiting for an earlier one, by offset from `next`.
+    decoded: VecDeque<Option<Vec<u8>>>,
+    /// Delivered blocks not yet read, and how far the first one has been read.
+    ready: VecDeque<Vec<u8>>,
+    ready_offset: usize,
+    ready_len: usize,
+    highest_seq: Option<u32>,
+    seen: Vec<u64>,
+    /// Sequence numbers below this are settled: counted as received or lost for good.
+    settled: u32,
+    settled_lost: bool,
+    received: u32,
+    runs: u32,
+    dirty: bool,
+    last_feedback: Option<Timestamp>,
+    stats: ReceiverStats,
+}
+
+impl Receiver {
+    /// A receiver with `config` (validated; `symbol_size` must match the sender's).
+    pub fn new(config: FecConfig) -> Result<Self, Error> {
+        config.validate()?;
+        Ok(Receiver {
+            config,
+            next: 0,
+            slots: VecDeque::new(),
+            decoded: VecDeque::new(),
+            ready: VecDeque::new(),
+            ready_offset: 0,
+            ready_len: 0,
+            highest_seq: None,
+            seen: vec![0; (SEQ_WINDOW / 64) as usize],
+            settled: 0,
+            settled_lost: false,
+            received: 0,
+            runs: 0,
+            dirty: false,
+            last_feedback: None,
+            stats: ReceiverStats::default(),
+        })
+    }
+
+    /// Take one symbol packet. Errors leave the receiver as it was (a packet beyond the
+    /// window, a malformed one, one that contradicts its block's earlier packets).
+    pub fn handle_packet(&mut self, packet: &[u8], now: Timestamp) -> Result<(), Error> {
+        let (h, symbol) = SymbolHeader::parse(packet, self.config.symbol_size)?;
+        let window = self.config.max_blocks_in_flight;
+        if h.block >= self.next && h.block - self.next >= window {
+            return Err(Error::BlockOutOfWindow {
+                block: h.block,
+                next: self.next,
+                window,
+            });
+        }
+        let symbol_size = self.config.symbol_size;
+        if let Some(Slot::Decoding { k, len, .. }) = h
+            .block
+            .checked_sub(self.next)
+            .and_then(|i| self.slots.get(i as usize))
+            && (*k, *len) != (h.symbols, h.block_len(symbol_size))
+        {
+            return Err(Error::BlockMismatch { block: h.block });
+        }
+        self.count_seq(h.seq);
+        self.stats.packets += 1;
+        self.dirty = true;
+        let Some(idx) = h.block.checked_sub(self.next) else {
+            self.stats.late += 1;
+            return Ok(());
+        };
+        let idx = idx as usize;
+        while self.slots.len() <= idx {
+            self.slots.push_back(Slot::Empty { since: now });
+            self.decoded.push_back(None);
+        }
+        let slot = &mut self.slots[idx];
+        if let Slot::Empty { .. } = slot {
+            let config = block_config(h.symbols, self.config.symbol_size);
+            let len = u64::from(h.symbols) * u64::from(self.config.symbol_size);
+            *slot = Slot::Decoding {
+                decoder: Box::new(SourceBlockDecoder::new(0, &config, len)),
+                k: h.symbols,
+                len: h.block_len(self.config.symbol_size),
+                received: 0,
+                last_at: now,
+            };
+        }
+        let Slot::Decoding {
+            decoder,
+            k,
+            len,
+            received,
+            last_at,
+        } = slot
+        else {
+            return Ok(()); // already decoded: a late repair symbol
+        };
+        // Memory bound per block: a sane sender never needs twice K symbols.
+        if *received > 2 * u32::from(*k) + 32 {
+            return Ok(());
+        }
+        *received += 1;
+        *last_at = now;
+        let packet = EncodingPacket::new(PayloadId::new(0, h.esi), symbol.to_vec());
+        if let Some(mut data) = decoder.decode(std::iter::once(packet)) {
+            data.truncate(*len);
+            self.slots[idx] = Slot::Decoded;
+            self.decoded[idx] = Some(data);
+            self.stats.blocks += 1;
+            self.deliver();
+        }
+        Ok(())
+    }
+
+    /// Move in-order decoded blocks to the readable buffer.
+    fn deliver(&mut self) {
+        while let Some(Slot::Decoded) = self.slots.front() {
+            self.slots.pop_front();
+            if let Some(Some(data)) = self.decoded.pop_front() {
+                self.ready_len += data.len();
+                self.ready.push_back(data);
+            }
+            self.next += 1;
+        }
+    }
+
+    /// Copy delivered stream bytes into `buf`; returns how many (0 when none are ready).
+    pub fn read(&mut self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(front) = self.ready.front() else {
+                break;
+            };
+            let take = (front.len() - self.ready_offset).min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&front[self.ready_offset..self.ready_offset + take]);
+            n += take;
+            self.ready_offset += take;
+            if self.ready_offset == front.len() {
+                self.ready.pop_front();
+                self.ready_offset = 0;
+            }
+        }
+        self.ready_len -= n;
+        self.stats.bytes += n as u64;
+        n
+    }
+
+    /// Bytes ready to read.
+    pub fn readable(&self) -> usize {
+        self.ready_len
+    }
+
+    /// A feedback message for the sender, written into `out`, if one is due at `now`: every
+    /// `feedback_interval` while packets arrived or blocks are missing.
+    pub fn poll_feedback(
+        &mut self,
+        now: Timestamp,
+        out: &mut [u8],
+    ) -> Result<Option<usize>, Error> {
+        match self.poll_timeout() {
+            Some(at) if now >= at => {}
+            _ => return Ok(None),
+        }
+        let fb = self.feedback(now);
+        let n = fb.write(out)?;
+        self.dirty = false;
+        self.last_feedback = Some(now);
+        Ok(Some(n))
+    }
+
+    /// The feedback the receiver would send now.
+    pub fn feedback(&self, now: Timestamp) -> Feedback {
+        let mut requests = Vec::new();
+        // A block is asked for only once nothing of it arrived for a feedback interval: its
+        // symbols may still be on the way (reordering), or the block not finished sending.
+        let quiet = |t: &Timestamp| now >= t.saturating_add(self.config.feedback_interval);
+        for (i, slot) in self.slots.iter().enumerate() {
+            if requests.len() == MAX_REQUESTS {
+                break;
+            }
+            let block = self.next + i as u32;
+            let needed = match slot {
+                Slot::Empty { since } if quiet(since) => NEEDED_ALL,
+                Slot::Empty { .. } => continue,
+                Slot::Decoding {
+                    k,
+                    received,
+                    last_at,
+                    ..
+                } => {
+                    if !quiet(last_at) {
+                        continue;
+                    }
+                    let want = u32::from(*k) + DECODE_MARGIN;
+                    want.saturating_sub(*received)
+                        .max(1)
+                        .min(u32::from(NEEDED_ALL - 1)) as u16
+                }
+                Slot::Decoded => continue,
+            };
+            requests.push(Request { block, needed });
+        }
+        Feedback {
+            next: self.next,
+            expected: self.settled,
+            received: self.received,
+            runs: self.runs,
+            requests,
+        }
+    }
+
+    /// When feedback is next due, if there is anything to report.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let pending = self.slots.iter().any(|s| !matches!(s, Slot::Decoded));
+        if !self.dirty && !pending {
+            return None;
+        }
+        Some(match self.last_feedback {
+            Some(t) => t.saturating_add(self.config.feedback_interval),
+            None => Timestamp::ZERO,
+        })
+    }
+
+    /// What the receiver saw so far.
+    pub fn stats(&self) -> ReceiverStats {
+        self.stats
+    }
+
+    /// The next block the receiver needs in order.
+    pub fn next_block(&self) -> u32 {
+        self.next
+    }
+
+    /// Count a sequence number. Loss is judged only for sequence numbers at least
+    /// [`SETTLE_LAG`] behind the highest seen ("settled"), so a packet that is merely
+    /// reordered is never reported as lost and then found.
+    fn count_seq(&mut self, seq: u32) {
+        let word = |s: u32| ((s % SEQ_WINDOW) / 64) as usize;
+        let mask = |s: u32| 1u64 << (s % 64);
+        let Some(high) = self.highest_seq else {
+            self.highest_seq = Some(seq);
+            self.seen[word(seq)] |= mask(seq);
+            self.settle_to(seq, seq);
+            return;
+        };
+        if seq > high {
+            self.settle_to(high, seq);
+            // Clear the bits of the sequence numbers the window slides over.
+            for x in (high + 1..=seq).rev().take(SEQ_WINDOW as usize) {
+                self.seen[word(x)] &= !mask(x);
+            }
+            self.highest_seq = Some(seq);
+        } else if seq < self.settled || self.seen[word(seq)] & mask(seq) != 0 {
+            self.stats.duplicates += 1;
+            return;
+        }
+        self.seen[word(seq)] |= mask(seq);
+    }
+
+    /// Settle every sequence number up to `highest + 1 − SETTLE_LAG`; `old_high` is the
+    /// highest seen before `highest` arrived (numbers above it were not received).
+    fn settle_to(&mut self, old_high: u32, highest: u32) {
+        let cutoff = (highest + 1).saturating_sub(SETTLE_LAG);
+        let word = |s: u32| ((s % SEQ_WINDOW) / 64) as usize;
+        let mask = |s: u32| 1u64 << (s % 64);
+        let known_end = cutoff.min(old_high.saturating_add(1));
+        while self.settled < known_end {
+            let s = self.settled;
+            if self.seen[word(s)] & mask(s) != 0 {
+                self.received += 1;
+                self.settled_lost = false;
+            } else {
+                if !self.settled_lost {
+                    self.runs += 1;
+                }
+                self.settled_lost = true;
+            }
+            self.settled += 1;
+        }
+        if self.settled < cutoff {
+            // Above the old highest: never received.
+            if !self.settled_lost {
+                self.runs += 1;
+            }
+            self.settled_lost = true;
+            self.settled = cutoff;
+        }
+    }
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("next", &self.next)
+            .field("pending", &self.slots.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,403 @@
+//! The sending side of a stream: cuts bytes into blocks, sends source and up-front repair
+//! symbols, answers repair requests with fresh symbols, probes when feedback stops.
+
+use std::collections::VecDeque;
+
+use nyx_core::Timestamp;
+use raptorq::{ObjectTransmissionInformation, SourceBlockEncoder};
+
+use crate::controller::{DECODE_MARGIN, LossEstimator, Redundancy};
+use crate::packet::{Feedback, MAX_ESI, NEEDED_ALL, SYMBOL_HEADER_LEN, SymbolHeader};
+use crate::{Error, FecConfig};
+
+/// Counters of what a sender did (for reports and the simulation table).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    /// Stream bytes accepted.
+    pub bytes: u64,
+    /// Blocks closed.
+    pub blocks: u64,
+    /// Source symbols those blocks hold.
+    pub source_symbols: u64,
+    /// Symbol packets sent (source, up-front repair, requested repair, probes).
+    pub packets: u64,
+    /// Blocks whose up-front repair was chosen (when their source symbols had gone out).
+    pub decided_blocks: u64,
+    /// Repair symbols sent up front with their blocks.
+    pub upfront_repair: u64,
+    /// Repair symbols sent in answer to requests or as probes.
+    pub requested_repair: u64,
+    /// Blocks that needed a second round (a repair request was answered).
+    pub second_round_blocks: u64,
+    /// Blocks acknowledged as delivered.
+    pub acknowledged: u64,
+}
+
+struct SendBlock {
+    number: u32,
+    /// Stream data padded to K · symbol size.
+    data: Vec<u8>,
+    k: u16,
+    tail: u16,
+    encoder: Option<SourceBlockEncoder>,
+    next_esi: u32,
+    to_send: u32,
+    holdoff_until: Timestamp,
+    second_round: bool,
+    /// Up-front repair is chosen when the block's source symbols have gone out, with the
+    /// loss estimate of that moment (not when the block was written, maybe long before).
+    repair_decided: bool,
+    /// Whether the estimator had feedback when the repair was chosen (only such blocks teach
+    /// the controller's trim).
+    informed: bool,
+}
+
+/// The sending side of one stream direction. Sans-IO: the caller passes `now`, moves packets
+/// from [`poll_transmit`](Self::poll_transmit) to the network and feedback from the network to
+/// [`handle_feedback`](Self::handle_feedback), and calls
+/// [`handle_timeout`](Self::handle_timeout) at [`poll_timeout`](Self::poll_timeout).
+pub struct Sender {
+    config: FecConfig,
+    open: Vec<u8>,
+    open_since: Option<Timestamp>,
+    flush_requested: bool,
+    blocks: VecDeque<SendBlock>,
+    next_block: u32,
+    next_seq: u32,
+    estimator: LossEstimator,
+    controller: Redundancy,
+    last_progress: Timestamp,
+    probe_backoff: u32,
+    stats: SenderStats,
+}
+
+impl Sender {
+    /// A sender with `config` (validated), starting at `now`.
+    pub fn new(config: FecConfig, now: Timestamp) -> Result<Self, Error> {
+        config.validate()?;
+        let controller = Redundancy::new(config.target_second_round, config.max_redundancy);
+        Ok(Sender {
+            open: Vec::with_capacity(config.block_bytes()),
+            config,
+            open_since: None,
+            flush_requested: false,
+            blocks: VecDeque::new(),
+            next_block: 0,
+            next_seq: 0,
+            estimator: LossEstimator::default(),
+            controller,
+            last_progress: now,
+            probe_backoff: 0,
+            stats: SenderStats::default(),
+        })
+    }
+
+    /// Accept as much of `data` as the window allows; returns how many bytes were taken
+    /// (0 when the sender already holds `max_blocks_in_flight` unacknowledged blocks: wait for
+    /// feedback). Full blocks are closed and queued at once.
+    pub fn write(&mut self, data: &[u8], now: Timestamp) -> Result<usize, Error> {
+        let block_bytes = self.config.block_bytes();
+        let mut taken = 0;
+        while taken < data.len() && self.has_room() {
+            if self.open.is_empty() {
+                self.open_since = Some(now);
+            }
+            let n = (block_bytes - self.open.len()).min(data.len() - taken);
+            self.open.extend_from_slice(&data[taken..taken + n]);
+            taken += n;
+            if self.open.len() == block_bytes {
+                self.close_block(now)?;
+            }
+        }
+        self.stats.bytes += taken as u64;
+        Ok(taken)
+    }
+
+    /// Close the open block now, however small (interactive data). If the window is full the
+    /// block closes as soon as there is room.
+    pub fn flush(&mut self, now: Timestamp) -> Result<(), Error> {
+        if self.open.is_empty() {
+            return Ok(());
+        }
+        if self.blocks.len() < self.config.max_blocks_in_flight as usize {
+            self.close_block(now)
+        } else {
+            self.flush_requested = true;
+            Ok(())
+        }
+    }
+
+    /// Write the next packet into `out` (at least [`SYMBOL_HEADER_LEN`] + symbol size bytes);
+    /// returns its length, or `None` when nothing is waiting.
+    pub fn poll_transmit(
+        &mut self,
+        now: Timestamp,
+        out: &mut [u8],
+    ) -> Result<Option<usize>, Error> {
+        let t = usize::from(self.config.symbol_size);
+        let len = SYMBOL_HEADER_LEN + t;
+        if out.len() < len {
+            return Err(Error::BufferTooSmall {
+                needed: len,
+                capacity: out.len(),
+            });
+        }
+        let Some(block) = self.blocks.iter_mut().find(|b| b.to_send > 0) else {
+            return Ok(None);
+        };
+        if self.next_seq == u32::MAX {
+            return Err(Error::Exhausted {
+                what: "packet sequence numbers",
+            });
+        }
+        let esi = block.next_esi;
+        if esi > MAX_ESI {
+            return Err(Error::Exhausted { what: "symbol ids" });
+        }
+        let k = u32::from(block.k);
+        let symbol = &mut out[SYMBOL_HEADER_LEN..len];
+        if esi < k {
+            let at = esi as usize * t;
+            symbol.copy_from_slice(&block.data[at..at + t]);
+        } else {
+            let encoder = block.encoder.get_or_insert_with(|| {
+                SourceBlockEncoder::new(
+                    0,
+                    &block_config(block.k, self.config.symbol_size),
+                    &block.data,
+                )
+            });
+            let packets = encoder.repair_packets(esi - k, 1);
+            let Some(packet) = packets.first() else {
+                return Err(Error::Exhausted { what: "symbol ids" });
+            };
+            symbol.copy_from_slice(packet.data());
+        }
+        SymbolHeader {
+            seq: self.next_seq,
+            block: block.number,
+            esi,
+            symbols: block.k,
+            tail: block.tail,
+        }
+        .write(out)?;
+        block.next_esi += 1;
+        block.to_send -= 1;
+        if block.to_send == 0 && !block.repair_decided {
+            block.repair_decided = true;
+            block.informed = self.estimator.has_data();
+            let repair = self.controller.repair_symbols(
+                block.k,
+                self.estimator.loss(),
+                self.estimator.burst(),
+            );
+            block.to_send = repair;
+            self.stats.decided_blocks += 1;
+            self.stats.upfront_repair += u64::from(repair);
+        }
+        if block.to_send == 0 {
+            // All of it is on the wire: from here, silence means loss.
+            self.last_progress = now;
+        }
+        self.next_seq += 1;
+        self.stats.packets += 1;
+        Ok(Some(len))
+    }
+
+    /// Take a feedback message: forget delivered blocks, update the loss estimate, queue
+    /// fresh repair symbols for blocks that need them.
+    pub fn handle_feedback(&mut self, bytes: &[u8], now: Timestamp) -> Result<(), Error> {
+        let fb = Feedback::parse(bytes)?;
+        self.on_feedback(&fb, now);
+        Ok(())
+    }
+
+    fn on_feedback(&mut self, fb: &Feedback, now: Timestamp) {
+        self.last_progress = now;
+        self.probe_backoff = 0;
+        while let Some(front) = self.blocks.front() {
+            // Block numbers only grow; `next` beyond what was sent is a confused receiver.
+            if front.number >= fb.next || fb.next > self.next_block {
+                break;
+            }
+            if front.informed {
+                self.controller.on_block(front.second_round);
+            }
+            self.stats.acknowledged += 1;
+            self.blocks.pop_front();
+        }
+        self.estimator.update(fb.expected, fb.received, fb.runs);
+        let p = self.estimator.loss();
+        let Some(first) = self.blocks.front().map(|b| b.number) else {
+            self.close_if_flushed(now);
+            return;
+        };
+        for r in &fb.requests {
+            let Some(idx) = r.block.checked_sub(first) else {
+                continue;
+            };
+            let Some(block) = self.blocks.get_mut(idx as usize) else {
+                continue;
+            };
+            if now < block.holdoff_until {
+                continue;
+            }
+            let needed = if r.needed == NEEDED_ALL {
+                u32::from(block.k) + DECODE_MARGIN
+            } else {
+                u32::from(r.needed).min(u32::from(block.k) + DECODE_MARGIN)
+            };
+            // Send enough that `needed` arrive despite the loss rate, plus one if lossy.
+            let extra = u32::from(p > 0.001);
+            let n = (f64::from(needed) / (1.0 - p)).ceil() as u32 + extra;
+            // Fresh ids only: repairs continue after everything sent so far.
+            block.next_esi = block.next_esi.max(u32::from(block.k));
+            block.to_send += n;
+            block.holdoff_until = now.saturating_add(self.config.repair_holdoff);
+            self.stats.requested_repair += u64::from(n);
+            if !block.second_round {
+                block.second_round = true;
+                self.stats.second_round_blocks += 1;
+            }
+        }
+        self.close_if_flushed(now);
+    }
+
+    /// When the sender next needs [`handle_timeout`](Self::handle_timeout): the open block's
+    /// flush deadline or the next probe.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let flush = self
+            .open_since
+            .filter(|_| !self.open.is_empty())
+            .map(|t| t.saturating_add(self.config.flush_delay));
+        let probe = self.probe_deadline();
+        match (flush, probe) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn probe_deadline(&self) -> Option<Timestamp> {
+        if self.blocks.is_empty() || self.blocks.iter().any(|b| b.to_send > 0) {
+            return None;
+        }
+        Some(
+            self.last_progress
+                .saturating_add(self.config.probe_timeout * (1 << self.probe_backoff)),
+        )
+    }
+
+    /// Close an overdue open block; send a probe if feedback has stopped.
+    pub fn handle_timeout(&mut self, now: Timestamp) -> Result<(), Error> {
+        if let Some(since) = self.open_since
+            && !self.open.is_empty()
+            && now >= since.saturating_add(self.config.flush_delay)
+        {
+            self.flush(now)?;
+        }
+        if let Some(at) = self.probe_deadline()
+            && now >= at
+        {
+            // One fresh repair symbol of the newest block tells the receiver it exists; its
+            // feedback then asks for whatever is missing.
+            if let Some(block) = self.blocks.back_mut() {
+                block.next_esi = block.next_esi.max(u32::from(block.k));
+                block.to_send += 1;
+                self.stats.requested_repair += 1;
+            }
+            self.probe_backoff = (self.probe_backoff + 1).min(3);
+            self.last_progress = now;
+        }
+        Ok(())
+    }
+
+    /// What the sender did so far.
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+
+    /// The loss rate the sender currently plans for.
+    pub fn estimated_loss(&self) -> f64 {
+        self.estimator.loss()
+    }
+
+    /// The controller's current trim on the loss rate (1 = the model as is).
+    pub fn redundancy_trim(&self) -> f64 {
+        self.controller.trim()
+    }
+
+    /// Blocks sent and not yet acknowledged.
+    pub fn blocks_in_flight(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether everything written was acknowledged as delivered.
+    pub fn is_idle(&self) -> bool {
+        self.blocks.is_empty() && self.open.is_empty()
+    }
+
+    fn has_room(&self) -> bool {
+        self.blocks.len() < self.config.max_blocks_in_flight as usize
+    }
+
+    fn close_if_flushed(&mut self, now: Timestamp) {
+        if self.flush_requested && self.has_room() && !self.open.is_empty() {
+            self.flush_requested = false;
+            // Room was just checked, so closing cannot fail on the window.
+            let _ = self.close_block(now);
+        }
+    }
+
+    fn close_block(&mut self, now: Timestamp) -> Result<(), Error> {
+        if self.next_block == u32::MAX {
+            return Err(Error::Exhausted {
+                what: "block numbers",
+            });
+        }
+        let t = usize::from(self.config.symbol_size);
+        let len = self.open.len();
+        let k = len.div_ceil(t);
+        let tail = len - (k - 1) * t;
+        let mut data = std::mem::replace(
+            &mut self.open,
+            Vec::with_capacity(self.config.block_bytes()),
+        );
+        data.resize(k * t, 0);
+        // k <= max_block_symbols <= 56403 and 1 <= tail <= t fit u16.
+        let (k, tail) = (k as u16, tail as u16);
+        self.blocks.push_back(SendBlock {
+            number: self.next_block,
+            data,
+            k,
+            tail,
+            encoder: None,
+            next_esi: 0,
+            to_send: u32::from(k),
+            holdoff_until: now,
+            second_round: false,
+            repair_decided: false,
+            informed: false,
+        });
+        self.next_block += 1;
+        self.open_since = None;
+        self.flush_requested = false;
+        self.stats.blocks += 1;
+        self.stats.source_symbols += u64::from(k);
+        Ok(())
+    }
+}
+
+/// The RaptorQ parameters of one block: one source block, no sub-blocks, byte alignment.
+pub(crate) fn block_config(k: u16, symbol_size: u16) -> ObjectTransmissionInformation {
+    ObjectTransmissionInformation::new(u64::from(k) * u64::from(symbol_size), symbol_size, 1, 1, 1)
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("next_block", &self.next_block)
+            .field("in_flight", &self.blocks.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,248 @@
+//! Behaviour of the block codec and the repair loop, packet by packet.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use nyx_core::Timestamp;
+use nyx_fec::packet::{MAX_FEEDBACK_LEN, SYMBOL_HEADER_LEN, SymbolHeader};
+use nyx_fec::{Error, FecConfig, Receiver, Sender};
+
+const T0: Timestamp = Timestamp::ZERO;
+
+fn config() -> FecConfig {
+    FecConfig {
+        symbol_size: 64,
+        max_block_symbols: 16,
+        max_blocks_in_flight: 4,
+        ..FecConfig::default()
+    }
+}
+
+fn ms(n: u64) -> Timestamp {
+    T0.saturating_add(Duration::from_millis(n))
+}
+
+fn drain(tx: &mut Sender, now: Timestamp) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; SYMBOL_HEADER_LEN + 64];
+    while let Some(n) = tx.poll_transmit(now, &mut buf).unwrap() {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+fn read_all(rx: &mut Receiver) -> Vec<u8> {
+    let mut out = vec![0u8; rx.readable()];
+    let n = rx.read(&mut out);
+    out.truncate(n);
+    out
+}
+
+fn feedback(rx: &mut Receiver, now: Timestamp) -> Option<Vec<u8>> {
+    let mut buf = [0u8; MAX_FEEDBACK_LEN];
+    rx.poll_feedback(now, &mut buf)
+        .unwrap()
+        .map(|n| buf[..n].to_vec())
+}
+
+#[test]
+fn small_writes_wait_at_most_the_flush_delay() {
+    let mut tx = Sender::new(config(), T0).unwrap();
+    let mut rx = Receiver::new(config()).unwrap();
+    assert_eq!(tx.write(b"ping", T0).unwrap(), 4);
+    assert!(drain(&mut tx, T0).is_empty(), "held for the flush delay");
+    let due = tx.poll_timeout().unwrap();
+    assert_eq!(due, T0.saturating_add(config().flush_delay));
+    tx.handle_timeout(due).unwrap();
+    for p in drain(&mut tx, due) {
+        rx.handle_packet(&p, due).unwrap();
+    }
+    assert_eq!(read_all(&mut rx), b"ping");
+    // An explicit flush sends at once.
+    tx.write(b"pong", due).unwrap();
+    tx.flush(due).unwrap();
+    for p in drain(&mut tx, due) {
+        rx.handle_packet(&p, due).unwrap();
+    }
+    assert_eq!(read_all(&mut rx), b"pong");
+}
+
+#[test]
+fn duplicates_reordering_and_late_symbols_are_tolerated() {
+    let mut tx = Sender::new(config(), T0).unwrap();
+    let mut rx = Receiver::new(config()).unwrap();
+    let data: Vec<u8> = (0..3 * 16 * 64 - 5).map(|i| (i * 7) as u8).collect();
+    assert_eq!(tx.write(&data, T0).unwrap(), data.len());
+    tx.flush(T0).unwrap();
+    let mut packets = drain(&mut tx, T0);
+    packets.reverse();
+    let copies: Vec<Vec<u8>> = packets.iter().step_by(3).cloned().collect();
+    for p in packets.iter().chain(&copies) {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    assert_eq!(read_all(&mut rx), data);
+    // Symbols of delivered blocks change nothing.
+    for p in &packets {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    assert_eq!(rx.readable(), 0);
+    assert!(rx.stats().duplicates > 0 && rx.stats().late > 0);
+}
+
+#[test]
+fn the_window_bounds_memory_on_both_sides() {
+    let cfg = config();
+    let mut tx = Sender::new(cfg.clone(), T0).unwrap();
+    let mut rx = Receiver::new(cfg.clone()).unwrap();
+    let big = vec![1u8; 10 * cfg.block_bytes()];
+    let taken = tx.write(&big, T0).unwrap();
+    assert_eq!(taken, cfg.max_blocks_in_flight as usize * cfg.block_bytes());
+    assert_eq!(tx.write(&big, T0).unwrap(), 0, "backpressure at the cap");
+    for p in drain(&mut tx, T0) {
+        rx.handle_packet(&p, T0).unwrap();
+    }
+    let fb = feedback(&mut rx, ms(1)).unwrap();
+    tx.handle_feedback(&fb, ms(1)).unwrap();
+    assert_eq!(tx.blocks_in_flight(), 0);
+    assert!(
+        tx.write(&big, ms(1)).unwrap() > 0,
+        "room again after the acknowledgement"
+    );
+
+    // A packet beyond the receiver's window is refused with a clear error.
+    let mut packet = vec![0u8; SYMBOL_HEADER_LEN + 64];
+    let block = rx.next_block() + cfg.max_blocks_in_flight;
+    SymbolHeader {
+        seq: 9999,
+        block,
+        esi: 0,
+        symbols: 1,
+        tail: 1,
+    }
+    .write(&mut packet)
+    .unwrap();
+    assert!(matches!(
+        rx.handle_packet(&packet, ms(1)),
+        Err(Error::BlockOutOfWindow { .. })
+    ));
+}
+
+#[test]
+fn a_block_cannot_change_shape() {
+    let mut rx = Receiver::new(config()).unwrap();
+    let mut packet = vec![0u8; SYMBOL_HEADER_LEN + 64];
+    SymbolHeader {
+        seq: 0,
+        block: 0,
+        esi: 0,
+        symbols: 4,
+        tail: 64,
+    }
+    .write(&mut packet)
+    .unwrap();
+    rx.handle_packet(&packet, T0).unwrap();
+    SymbolHeader {
+        seq: 1,
+        block: 0,
+        esi: 1,
+        symbols: 5,
+        tail: 64,
+    }
+    .write(&mut packet)
+    .unwrap();
+    assert_eq!(
+        rx.handle_packet(&packet, T0),
+        Err(Error::BlockMismatch { block: 0 })
+    );
+    SymbolHeader {
+        seq: 2,
+        block: 0,
+        esi: 1,
+        symbols: 4,
+        tail: 3,
+    }
+    .write(&mut packet)
+    .unwrap();
+    assert_eq!(
+        rx.handle_packet(&packet, T0),
+        Err(Error::BlockMismatch { block: 0 })
+    );
+}
+
+/// Drop every packet the filter rejects, run the feedback loop until delivery; returns
+/// every (block, esi) sent.
+fn lossy_transfer(
+    data: &[u8],
+    mut keep: impl FnMut(u64, u64, &SymbolHeader) -> bool,
+) -> Vec<(u32, u32)> {
+    let cfg = config();
+    let mut tx = Sender::new(cfg.clone(), T0).unwrap();
+    let mut rx = Receiver::new(cfg.clone()).unwrap();
+    let mut sent = Vec::new();
+    let mut written = 0;
+    let mut got = Vec::new();
+    let mut count = 0u64;
+    for step in 0..20_000u64 {
+        let now = ms(step);
+        if written < data.len() {
+            written += tx.write(&data[written..], now).unwrap();
+            if written == data.len() {
+                tx.flush(now).unwrap();
+            }
+        }
+        if tx.poll_timeout().is_some_and(|t| t <= now) {
+            tx.handle_timeout(now).unwrap();
+        }
+        for p in drain(&mut tx, now) {
+            let (h, _) = SymbolHeader::parse(&p, cfg.symbol_size).unwrap();
+            sent.push((h.block, h.esi));
+            count += 1;
+            if keep(step, count, &h) {
+                rx.handle_packet(&p, now).unwrap();
+            }
+        }
+        if let Some(fb) = feedback(&mut rx, now) {
+            tx.handle_feedback(&fb, now).unwrap();
+        }
+        got.extend(read_all(&mut rx));
+        if got.len() == data.len() && tx.is_idle() {
+            assert_eq!(got, data);
+            return sent;
+        }
+    }
+    panic!("not delivered: {} of {} bytes", got.len(), data.len());
+}
+
+#[test]
+fn repairs_are_fresh_symbols_never_resent_ones() {
+    let data: Vec<u8> = (0..5 * 16 * 64).map(|i| (i % 251) as u8).collect();
+    // Heavy loss: keep one packet in three.
+    let sent = lossy_transfer(&data, |_, n, _| n % 3 == 0);
+    let unique: HashSet<_> = sent.iter().collect();
+    assert_eq!(unique.len(), sent.len(), "a symbol id was sent twice");
+    assert!(
+        sent.iter().any(|&(_, esi)| esi >= 16),
+        "repair symbols were needed"
+    );
+}
+
+#[test]
+fn a_block_whose_every_packet_is_lost_is_found_by_a_probe() {
+    let data: Vec<u8> = (0..2 * 16 * 64).map(|i| (i % 13) as u8).collect();
+    // Both blocks' first rounds go out at step 0 and every packet of block 1 among them is
+    // lost, so the receiver does not know the block exists until the sender's probe (due
+    // after `probe_timeout`, 200 ms).
+    let mut first_kept_at = None;
+    let sent = lossy_transfer(&data, |step, _, h| {
+        let keep = !(h.block == 1 && step == 0);
+        if keep && h.block == 1 && first_kept_at.is_none() {
+            first_kept_at = Some(step);
+        }
+        keep
+    });
+    assert!(first_kept_at.unwrap() >= 200, "{first_kept_at:?}");
+    let block1 = sent.iter().filter(|(b, _)| *b == 1).count();
+    assert!(block1 > 2 * 16, "first round, probe and repairs: {block1}");
+}
