@@ -165,6 +165,17 @@ pub enum Error {
         hops: usize,
     },
 
+    /// An onion-key rotation policy whose overlap is not shorter than its period.
+    #[error(
+        "onion-key rotation: overlap of {overlap_secs} s must be shorter than the period of {period_secs} s"
+    )]
+    BadRotationPolicy {
+        /// The period.
+        period_secs: u64,
+        /// The overlap.
+        overlap_secs: u64,
+    },
+
     /// A circuit already has the most hops a cell can carry layers for.
     #[error("circuit already has the maximum of {max} hops")]
     TooManyHops {

@@ -9,7 +9,8 @@
 //! * [`kem`]: the hybrid X25519 + ML-KEM-768 key encapsulation with a combiner that keeps keys
 //!   secret while either primitive holds.
 //! * [`onion_cert`]: onion-key certificates (an identity key vouching for an onion key and
-//!   its validity period).
+//!   its validity period); [`onion_keys`]: the rotation schedule (a new key per period, an
+//!   overlap, erasure after it).
 //! * [`hop`]: the circuit-hop handshake (typestates, one round trip) that turns a relay's
 //!   onion key into a [`session::Session`].
 //! * [`link`]: the mutually authenticated link handshake between nodes (typestates, one
@@ -22,8 +23,7 @@
 //!   cells caught by the next hop, replays refused per hop.
 //! * [`aead`]: the ChaCha20-Poly1305 all of the above use, in place and allocation-free.
 //!
-//! The rotation schedule of onion keys belongs to the overlay (nyx-daemon). docs/protocol.md
-//! describes every message, key schedule and the reasons behind them.
+//! docs/protocol.md describes every message, key schedule and the reasons behind them.
 //!
 //! What it is not for: sockets, clocks, task spawning, or framing of anything but its own
 //! messages.
@@ -39,6 +39,7 @@ pub mod keyfile;
 pub mod link;
 pub mod onion;
 pub mod onion_cert;
+pub mod onion_keys;
 pub mod replay;
 pub mod session;
 

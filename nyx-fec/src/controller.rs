@@ -143,26 +143,17 @@ impl Redundancy {
         }
         let d = (2.0 * burst - 1.0).max(1.0);
         let fails = |r: u32| -> f64 {
-            let n = f64::from(k + r);
-            let n_eff = ((n / d).round() as u32).max(1);
-            // Losses (in units of D packets) that still leave K, K + 1, K + 2 symbols.
+            let n_eff = ((f64::from(k + r) / d).round() as u32).max(1);
+            // Losses (in units of D packets) that still leave K, K + 1 and K + 2 symbols.
             let spare = |extra: u32| (f64::from(r.saturating_sub(extra)) / d).floor() as u32;
-            let more_than = |m: u32| binomial_tail(n_eff, p, m);
-            let fewer_than_k = if r == 0 {
-                more_than(0)
-            } else {
-                more_than(spare(0))
-            };
-            let exactly_k = if r == 0 {
-                1.0 - more_than(0)
-            } else {
-                more_than(spare(1)) - fewer_than_k
-            };
-            let exactly_k1 = if r <= 1 {
-                0.0
-            } else {
-                more_than(spare(2)) - more_than(spare(1))
-            };
+            // P(losses <= spare(j)) for j = 2, 1, 0 (spare(2) <= spare(1) <= spare(0)), in one
+            // pass; "r < extra" means not even that many symbols were sent.
+            let [c2, c1, c0] = binomial_cdfs(n_eff, p, [spare(2), spare(1), spare(0)]);
+            let c2 = if r < 2 { 0.0 } else { c2 };
+            let c1 = if r < 1 { 0.0 } else { c1 };
+            let fewer_than_k = 1.0 - c0;
+            let exactly_k = c0 - c1;
+            let exactly_k1 = c1 - c2;
             fewer_than_k + DECODE_FAIL_AT_K * exactly_k + DECODE_FAIL_AT_K1 * exactly_k1
         };
         // fails() decreases in r: binary search the smallest r that meets the target.
@@ -222,6 +213,35 @@ pub fn binomial_tail(n: u32, p: f64, m: u32) -> f64 {
     (1.0 - cdf).max(0.0)
 }
 
+/// P(X <= m) for X ~ Binomial(n, p) at three increasing thresholds, in one pass over the
+/// pmf (exact for n <= 2000; normal approximation beyond, as [`binomial_tail`]).
+fn binomial_cdfs(n: u32, p: f64, m: [u32; 3]) -> [f64; 3] {
+    if n > 2000 || p <= 0.0 || p >= 1.0 {
+        return m.map(|m| 1.0 - binomial_tail(n, p, m));
+    }
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    let mut log_pmf = f64::from(n) * lq;
+    let mut cdf = log_pmf.exp();
+    let mut out = [0.0; 3];
+    let mut next = 0;
+    let last = m[2].min(n);
+    for i in 0..=last {
+        if i > 0 {
+            log_pmf += (f64::from(n - i + 1) / f64::from(i)).ln() + lp - lq;
+            cdf += log_pmf.exp();
+        }
+        while next < 3 && m[next].min(n) == i {
+            out[next] = cdf.min(1.0);
+            next += 1;
+        }
+    }
+    while next < 3 {
+        out[next] = cdf.min(1.0);
+        next += 1;
+    }
+    out
+}
+
 /// Complementary error function (Numerical Recipes' erfc approximation, relative error below
 /// 1.2e-7), enough for choosing symbol counts.
 fn erfc(x: f64) -> f64 {
@@ -254,6 +274,20 @@ mod tests {
         let exact = binomial_tail(2000, 0.05, 110);
         let approx = binomial_tail(2001, 0.05, 110);
         assert!((exact - approx).abs() < 0.02, "{exact} {approx}");
+    }
+
+    #[test]
+    fn one_pass_cdfs_match_the_tails() {
+        for (n, p) in [(10, 0.5), (600, 0.05), (700, 0.3), (2500, 0.1)] {
+            let m = [n / 20, n / 10, n / 5];
+            let got = binomial_cdfs(n, p, m);
+            for (g, m) in got.iter().zip(m) {
+                assert!(
+                    (g - (1.0 - binomial_tail(n, p, m))).abs() < 1e-9,
+                    "{n} {p} {m}"
+                );
+            }
+        }
     }
 
     #[test]

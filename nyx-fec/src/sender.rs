@@ -39,6 +39,7 @@ struct SendBlock {
     data: Vec<u8>,
     k: u16,
     tail: u16,
+    /// Built when repair symbols are due, dropped when they have been sent.
     encoder: Option<SourceBlockEncoder>,
     next_esi: u32,
     to_send: u32,
@@ -77,7 +78,7 @@ impl Sender {
         config.validate()?;
         let controller = Redundancy::new(config.target_second_round, config.max_redundancy);
         Ok(Sender {
-            open: Vec::with_capacity(config.block_bytes()),
+            open: Vec::new(),
             config,
             open_since: None,
             flush_requested: false,
@@ -103,6 +104,9 @@ impl Sender {
                 self.open_since = Some(now);
             }
             let n = (block_bytes - self.open.len()).min(data.len() - taken);
+            // Allocate what this write needs, not a whole block up front (a 512 KiB
+            // allocation is fresh pages from the kernel for a stream that may send 100 bytes).
+            self.open.reserve(n);
             self.open.extend_from_slice(&data[taken..taken + n]);
             taken += n;
             if self.open.len() == block_bytes {
@@ -196,7 +200,11 @@ impl Sender {
             self.stats.upfront_repair += u64::from(repair);
         }
         if block.to_send == 0 {
-            // All of it is on the wire: from here, silence means loss.
+            // All of it is on the wire: from here, silence means loss. The encoder (RaptorQ's
+            // intermediate symbols, about as large as the block) goes: a second round is rare
+            // (the controller aims at 0.5%) and rebuilds it, so memory per block in flight is
+            // the block's data alone.
+            block.encoder = None;
             self.last_progress = now;
         }
         self.next_seq += 1;
@@ -252,7 +260,7 @@ impl Sender {
             let n = (f64::from(needed) / (1.0 - p)).ceil() as u32 + extra;
             // Fresh ids only: repairs continue after everything sent so far.
             block.next_esi = block.next_esi.max(u32::from(block.k));
-            block.to_send += n;
+            block.to_send = block.to_send.saturating_add(n);
             block.holdoff_until = now.saturating_add(self.config.repair_holdoff);
             self.stats.requested_repair += u64::from(n);
             if !block.second_round {
@@ -302,7 +310,7 @@ impl Sender {
             // feedback then asks for whatever is missing.
             if let Some(block) = self.blocks.back_mut() {
                 block.next_esi = block.next_esi.max(u32::from(block.k));
-                block.to_send += 1;
+                block.to_send = block.to_send.saturating_add(1);
                 self.stats.requested_repair += 1;
             }
             self.probe_backoff = (self.probe_backoff + 1).min(3);

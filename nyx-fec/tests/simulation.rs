@@ -144,12 +144,7 @@ fn bursty_reordering_duplicating_and_stepped_channels() {
     s_reorder.jitter = Duration::from_millis(20);
     let mut s_dup = scenario("5% i.i.d. + 10% duplication", Loss::Iid(0.05), 0.05);
     s_dup.duplicate = 0.10;
-    let mut s_step = scenario("step 1% -> 15% -> 1%", Loss::Iid(0.01), 0.0);
-    s_step.steps = vec![
-        (Duration::from_secs(3), Loss::Iid(0.15)),
-        (Duration::from_secs(6), Loss::Iid(0.01)),
-    ];
-    s_step.blocks = 100;
+    let s_step = step_scenario();
     let mut rows = Vec::new();
     for (i, s) in [s_b5, s_b20, s_reorder, s_dup, s_step].iter().enumerate() {
         let out = simulate(s, 100 + i as u64);
@@ -164,4 +159,107 @@ fn bursty_reordering_duplicating_and_stepped_channels() {
         );
     }
     println!("{}", rows.join("\n"));
+}
+
+/// 1% loss, 15% from 2 s to 4 s, 1% again.
+fn step_scenario() -> Scenario {
+    let mut s = scenario("step 1% -> 15% -> 1%", Loss::Iid(0.01), 0.0);
+    s.steps = vec![
+        (Duration::from_secs(2), Loss::Iid(0.15)),
+        (Duration::from_secs(4), Loss::Iid(0.01)),
+    ];
+    s.blocks = 120;
+    s
+}
+
+/// Writes docs/fec/step-redundancy.svg and docs/fec/step-goodput.svg from the loss-step run:
+/// `cargo test -p nyx-fec --test simulation -- --ignored plots`.
+#[test]
+#[ignore = "writes the plots in docs/fec/; run on purpose"]
+fn plots() {
+    use sim::svg::{Series, chart};
+    let s = step_scenario();
+    let out = simulate(&s, 102);
+    let end = out.elapsed.as_secs_f64();
+    let loss_at = |t: f64| if (2.0..4.0).contains(&t) { 0.15 } else { 0.01 };
+    let actual: Vec<(f64, f64)> = (0..=(end * 100.0) as usize)
+        .map(|i| i as f64 / 100.0)
+        .map(|t| (t, loss_at(t)))
+        .collect();
+    let estimated: Vec<(f64, f64)> = out
+        .per_block
+        .iter()
+        .map(|(t, p, _)| (t.as_secs_f64(), *p))
+        .collect();
+    let redundancy: Vec<(f64, f64)> = out
+        .per_block
+        .iter()
+        .map(|(t, _, r)| (t.as_secs_f64(), *r))
+        .collect();
+    let redundancy_svg = chart(
+        "Loss step 1% -> 15% -> 1%: estimate and up-front redundancy per block",
+        "time (s)",
+        "fraction",
+        end.ceil(),
+        0.3,
+        &[
+            Series {
+                name: "channel loss rate",
+                color: "#999",
+                points: actual,
+            },
+            Series {
+                name: "estimated loss",
+                color: "#d62728",
+                points: estimated,
+            },
+            Series {
+                name: "up-front repair / K",
+                color: "#1f77b4",
+                points: redundancy,
+            },
+        ],
+    );
+    // Blocks are delivered whole (128 KiB here), so show a 500 ms moving average of the
+    // 100 ms bins.
+    let bins = &out.goodput;
+    let goodput: Vec<(f64, f64)> = (0..bins.len())
+        .map(|i| {
+            let window = &bins[i.saturating_sub(2)..(i + 3).min(bins.len())];
+            let mean = window.iter().sum::<u64>() as f64 / window.len() as f64;
+            (i as f64 / 10.0 + 0.05, mean * 10.0 / 1e6)
+        })
+        .collect();
+    let line_rate = 10_000.0 * f64::from(config().symbol_size) / 1e6;
+    let goodput_svg = chart(
+        "Loss step 1% -> 15% -> 1%: delivered goodput (500 ms moving average)",
+        "time (s)",
+        "MB/s",
+        end.ceil(),
+        line_rate * 1.5,
+        &[
+            Series {
+                name: "line rate (10 000 packets/s)",
+                color: "#999",
+                points: vec![(0.0, line_rate), (end, line_rate)],
+            },
+            Series {
+                name: "goodput",
+                color: "#2ca02c",
+                points: goodput,
+            },
+            Series {
+                name: "line rate x (1 - loss)",
+                color: "#ff7f0e",
+                points: (0..=(end * 100.0) as usize)
+                    .map(|i| i as f64 / 100.0)
+                    .map(|t| (t, line_rate * (1.0 - loss_at(t))))
+                    .collect(),
+            },
+        ],
+    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fec");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("step-redundancy.svg"), redundancy_svg).unwrap();
+    std::fs::write(dir.join("step-goodput.svg"), goodput_svg).unwrap();
 }

@@ -8,6 +8,8 @@
 type InFlight = Reverse<(Duration, u64, bool, Vec<u8>)>;
 
 use std::cmp::Reverse;
+pub(crate) mod svg;
+
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
