@@ -318,6 +318,12 @@ impl Receiver {
         let cutoff = (highest + 1).saturating_sub(SETTLE_LAG);
         let word = |s: u32| ((s % SEQ_WINDOW) / 64) as usize;
         let mask = |s: u32| 1u64 << (s % 64);
+        // Below the bitmap's reach nothing can have been recorded (only the first packet, or
+        // a sender skipping ahead, leaves such a gap): lost, counted in one step, so a
+        // forged huge sequence number costs O(1), not a loop over billions.
+        let reach = (old_high + 1).saturating_sub(SEQ_WINDOW).min(cutoff);
+        self.settle_lost(reach);
+        // Within reach: one bit per sequence number, at most SEQ_WINDOW of them.
         let known_end = cutoff.min(old_high.saturating_add(1));
         while self.settled < known_end {
             let s = self.settled;
@@ -332,13 +338,18 @@ impl Receiver {
             }
             self.settled += 1;
         }
-        if self.settled < cutoff {
-            // Above the old highest: never received.
+        // Above the old highest: never received.
+        self.settle_lost(cutoff);
+    }
+
+    /// Settle everything below `to` (if not yet settled) as lost.
+    fn settle_lost(&mut self, to: u32) {
+        if self.settled < to {
             if !self.settled_lost {
                 self.runs += 1;
             }
             self.settled_lost = true;
-            self.settled = cutoff;
+            self.settled = to;
         }
     }
 }

@@ -246,3 +246,35 @@ fn a_block_whose_every_packet_is_lost_is_found_by_a_probe() {
     let block1 = sent.iter().filter(|(b, _)| *b == 1).count();
     assert!(block1 > 2 * 16, "first round, probe and repairs: {block1}");
 }
+
+#[test]
+fn a_huge_sequence_number_costs_no_more_than_a_small_one() {
+    // Found by the `symbol_packet` fuzz target: a first packet with seq near 2^32 made the
+    // receiver settle four billion sequence numbers one by one. Now a gap beyond the bitmap
+    // is settled in one step.
+    let mut rx = Receiver::new(config()).unwrap();
+    let mut packet = vec![0u8; SYMBOL_HEADER_LEN + 64];
+    for (i, seq) in [u32::MAX - 1, 3, u32::MAX - 300, 1 << 31]
+        .into_iter()
+        .enumerate()
+    {
+        SymbolHeader {
+            seq,
+            block: 0,
+            esi: i as u32,
+            symbols: 8,
+            tail: 64,
+        }
+        .write(&mut packet)
+        .unwrap();
+        rx.handle_packet(&packet, T0).unwrap();
+    }
+    let fb = rx.feedback(T0);
+    assert!(fb.received <= fb.expected);
+    // Everything at least 256 below the highest (u32::MAX - 1) is settled as lost: the later
+    // packets that far back arrived after it was settled and count as too old. The old code
+    // would still be looping here.
+    assert_eq!(fb.expected, u32::MAX - 256);
+    assert_eq!(fb.received, 0);
+    assert_eq!(rx.stats().duplicates, 3);
+}
