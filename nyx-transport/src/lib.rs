@@ -1,10 +1,33 @@
-//! # nyx-transport: links between NyxNet nodes
+//! # nyx-transport: QUIC and UDP links between NyxNet nodes
 //!
-//! What it will be for (issue 5): one link abstraction over QUIC (quinn, cells in DATAGRAM
-//! frames, hybrid post-quantum TLS 1.3) and over raw UDP (nyx-crypto sessions, GSO/GRO
-//! batching), a connection pool with one connection per peer, and a seeded fault-injection shim
-//! for tests.
+//! What it is for (issue 5, in progress): links between nodes with authenticated peers,
+//! post-quantum key exchange, one pooled connection per peer and batched datagram I/O.
 //!
-//! What it is not for: circuits, relaying or streams (nyx-daemon's overlay).
+//! Built so far:
 //!
-//! This crate has no API yet; nothing here should be relied on until issue 5 lands.
+//! * [`pq_kx`]: the hybrid X25519MLKEM768 TLS key-exchange group in pure Rust for rustls'
+//!   ring provider, interoperating with aws-lc-rs (`tests/pq_interop.rs`), and
+//!   [`crypto_provider`], the provider NyxNet's QUIC links use: ring's primitives with only
+//!   the post-quantum hybrid group offered.
+//!
+//! To come: the link abstraction, the QUIC and UDP transports, the connection pool and the
+//! fault-injection shim (see docs/architecture.md).
+//!
+//! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-daemon).
+
+#![forbid(unsafe_code)]
+
+pub mod pq_kx;
+
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+
+/// rustls' ring provider with its key-exchange groups replaced by [`pq_kx::X25519MLKEM768`]
+/// alone: NyxNet links never fall back to a classical-only key exchange.
+pub fn crypto_provider() -> Arc<CryptoProvider> {
+    Arc::new(CryptoProvider {
+        kx_groups: vec![pq_kx::X25519MLKEM768],
+        ..rustls::crypto::ring::default_provider()
+    })
+}
