@@ -10,13 +10,17 @@
 //!   [`crypto_provider`], the provider NyxNet's QUIC links use: ring's primitives with only
 //!   the post-quantum hybrid group offered.
 //!
-//! To come: the link abstraction, the QUIC and UDP transports, the connection pool and the
-//! fault-injection shim (see docs/architecture.md).
+//! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
+//!   tests of this crate and the overlay put between real sockets.
+//!
+//! To come: the link abstraction, the QUIC and UDP transports and the connection pool (see
+//! docs/architecture.md).
 //!
 //! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-daemon).
 
 #![forbid(unsafe_code)]
 
+pub mod fault;
 pub mod pq_kx;
 
 use std::sync::Arc;
