@@ -49,6 +49,21 @@ impl IdentityKey {
         Zeroizing::new(self.signing.to_bytes())
     }
 
+    /// The key as PKCS#8 v1 DER (RFC 8410), for TLS libraries that take a certificate's key
+    /// that way (nyx-transport binds its TLS certificates to the identity). Wiped on drop.
+    pub fn to_pkcs8_der(&self) -> Zeroizing<Vec<u8>> {
+        // SEQUENCE { INTEGER 0, AlgorithmIdentifier { id-Ed25519 }, OCTET STRING { OCTET
+        // STRING seed } }: a fixed 16-byte prefix and the 32-byte seed.
+        const PREFIX: [u8; 16] = [
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
+        ];
+        let mut der = Zeroizing::new(Vec::with_capacity(48));
+        der.extend_from_slice(&PREFIX);
+        der.extend_from_slice(&self.seed()[..]);
+        der
+    }
+
     /// The public half.
     pub fn public(&self) -> IdentityPublic {
         IdentityPublic(self.signing.verifying_key())

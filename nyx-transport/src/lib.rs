@@ -10,6 +10,8 @@
 //!   [`crypto_provider`], the provider NyxNet's QUIC links use: ring's primitives with only
 //!   the post-quantum hybrid group offered.
 //!
+//! * [`identity_tls`]: TLS certificates made from a node's Ed25519 identity key, and
+//!   verifiers that accept a peer by its `NodeId` (no web PKI), refusing any other identity.
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
 //!   tests of this crate and the overlay put between real sockets.
 //!
@@ -20,8 +22,12 @@
 
 #![forbid(unsafe_code)]
 
+mod error;
 pub mod fault;
+pub mod identity_tls;
 pub mod pq_kx;
+
+pub use error::Error;
 
 use std::sync::Arc;
 

@@ -1,0 +1,38 @@
+//! The one error type of nyx-transport.
+
+use nyx_core::NodeId;
+
+/// What can go wrong on a link.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The peer proved another identity than the one dialled.
+    #[error("peer is {got}, expected {expected}")]
+    WrongPeer {
+        /// The identity that was dialled.
+        expected: NodeId,
+        /// The identity the peer proved.
+        got: NodeId,
+    },
+
+    /// The peer's certificate is not a NyxNet identity certificate.
+    #[error("peer certificate is not a NyxNet identity certificate: {reason}")]
+    BadCertificate {
+        /// Why.
+        reason: String,
+    },
+
+    /// Making this node's certificate failed.
+    #[error("cannot make the identity certificate: {reason}")]
+    Certificate {
+        /// Why.
+        reason: String,
+    },
+
+    /// TLS configuration failed.
+    #[error("TLS configuration: {reason}")]
+    TlsConfig {
+        /// Why.
+        reason: String,
+    },
+}
