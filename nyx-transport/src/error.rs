@@ -29,6 +29,29 @@ pub enum Error {
         reason: String,
     },
 
+    /// The link failed or was closed (socket error, handshake failure, peer gone).
+    #[error("link: {reason}")]
+    Link {
+        /// What happened.
+        reason: String,
+    },
+
+    /// A cell larger than the path carries now.
+    #[error("cell of {len} bytes exceeds the path's datagram size {max}")]
+    CellTooLarge {
+        /// The cell's length.
+        len: usize,
+        /// What the path carries now.
+        max: usize,
+    },
+
+    /// A control message beyond the limit.
+    #[error("control message of {len} bytes exceeds the 64 KiB limit")]
+    ControlTooLarge {
+        /// Its length.
+        len: usize,
+    },
+
     /// TLS configuration failed.
     #[error("TLS configuration: {reason}")]
     TlsConfig {

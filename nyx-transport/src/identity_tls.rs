@@ -10,7 +10,7 @@
 //! confused. Both sides present certificates (links are between nodes, mutually
 //! authenticated); the accepting side learns the dialler's `NodeId` from its certificate.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use nyx_core::NodeId;
 use nyx_crypto::identity::{IdentityKey, IdentityPublic};
@@ -67,13 +67,27 @@ pub fn peer_node_id(cert: &CertificateDer<'_>) -> Result<NodeId, Error> {
     Ok(public.node_id())
 }
 
+/// Where a verifier records why it refused a peer, so the transport can return the typed
+/// error (TLS itself only carries a string).
+pub type Refusal = Arc<Mutex<Option<Error>>>;
+
 /// Client configuration for dialling the node `expected`, presenting `identity`.
 pub fn client_config(identity: &IdentityKey, expected: NodeId) -> Result<ClientConfig, Error> {
+    client_config_reporting(identity, expected, Refusal::default())
+}
+
+/// [`client_config`] that also records a refusal of the peer in `refusal`.
+pub fn client_config_reporting(
+    identity: &IdentityKey,
+    expected: NodeId,
+    refusal: Refusal,
+) -> Result<ClientConfig, Error> {
     let (cert, key) = certificate(identity)?;
     let provider = crypto_provider();
     let verifier = Arc::new(PeerVerifier {
         expected: Some(expected),
         algorithms: provider.signature_verification_algorithms,
+        refusal,
     });
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -94,6 +108,7 @@ pub fn server_config(identity: &IdentityKey) -> Result<ServerConfig, Error> {
     let verifier = Arc::new(PeerVerifier {
         expected: None,
         algorithms: provider.signature_verification_algorithms,
+        refusal: Refusal::default(),
     });
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -117,23 +132,24 @@ fn tls(e: rustls::Error) -> Error {
 struct PeerVerifier {
     expected: Option<NodeId>,
     algorithms: WebPkiSupportedAlgorithms,
+    refusal: Refusal,
 }
 
 impl PeerVerifier {
     fn check(&self, cert: &CertificateDer<'_>) -> Result<(), rustls::Error> {
-        let got = peer_node_id(cert).map_err(|e| {
-            rustls::Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(
-                Arc::new(e),
-            )))
-        })?;
-        match self.expected {
-            Some(expected) if expected != got => {
-                Err(rustls::Error::InvalidCertificate(CertificateError::Other(
-                    rustls::OtherError(Arc::new(Error::WrongPeer { expected, got })),
-                )))
-            }
-            _ => Ok(()),
+        let refused = match peer_node_id(cert) {
+            Err(e) => e,
+            Ok(got) => match self.expected {
+                Some(expected) if expected != got => Error::WrongPeer { expected, got },
+                _ => return Ok(()),
+            },
+        };
+        if let Ok(mut slot) = self.refusal.lock() {
+            *slot = Some(refused.clone());
         }
+        Err(rustls::Error::InvalidCertificate(CertificateError::Other(
+            rustls::OtherError(Arc::new(refused)),
+        )))
     }
 }
 

@@ -12,11 +12,14 @@
 //!
 //! * [`identity_tls`]: TLS certificates made from a node's Ed25519 identity key, and
 //!   verifiers that accept a peer by its `NodeId` (no web PKI), refusing any other identity.
+//! * [`quic`]: the QUIC transport: one quinn endpoint per node, cells in DATAGRAM frames
+//!   (size checked on every send), control messages on one reliable stream per link, peers
+//!   verified by `NodeId`.
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
 //!   tests of this crate and the overlay put between real sockets.
 //!
-//! To come: the link abstraction, the QUIC and UDP transports and the connection pool (see
-//! docs/architecture.md).
+//! To come: the link abstraction over both transports, the UDP transport and the connection
+//! pool (see docs/architecture.md).
 //!
 //! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-daemon).
 
@@ -26,6 +29,7 @@ mod error;
 pub mod fault;
 pub mod identity_tls;
 pub mod pq_kx;
+pub mod quic;
 
 pub use error::Error;
 

@@ -1,0 +1,310 @@
+//! The QUIC transport: one quinn endpoint per node that both dials and accepts, cells in
+//! QUIC DATAGRAM frames, control messages on one reliable stream per link.
+//!
+//! TLS is [`crate::identity_tls`] (peers verified by `NodeId`) over [`crate::pq_kx`]
+//! (X25519MLKEM768 only). Every cell send checks `max_datagram_size()`, which changes with
+//! the path MTU. Cells go out as `bytes::Bytes` (a pooled buffer frozen with
+//! `nyx_core::buf::PooledBuf::freeze` goes out without a copy); quinn hands received
+//! datagrams over as its own `Bytes`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use nyx_core::NodeId;
+use nyx_crypto::identity::IdentityKey;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use tokio::sync::Mutex;
+
+use crate::Error;
+use crate::identity_tls::{Refusal, client_config_reporting, peer_node_id, server_config};
+
+/// Longest control message.
+pub const MAX_CONTROL_LEN: usize = 64 * 1024;
+
+/// Settings of the QUIC transport.
+#[derive(Debug, Clone)]
+pub struct QuicConfig {
+    /// A link with no traffic for this long is closed by QUIC. Default 30 s.
+    pub idle_timeout: Duration,
+    /// Keep-alive interval, so an idle but wanted link survives NAT and the idle timeout.
+    /// Default 10 s.
+    pub keep_alive: Duration,
+    /// Bytes of received datagrams quinn buffers per link before dropping the oldest.
+    /// Default 4 MiB.
+    pub datagram_receive_buffer: usize,
+}
+
+impl Default for QuicConfig {
+    fn default() -> Self {
+        QuicConfig {
+            idle_timeout: Duration::from_secs(30),
+            keep_alive: Duration::from_secs(10),
+            datagram_receive_buffer: 4 << 20,
+        }
+    }
+}
+
+/// Per-link counters, plain data for the daemon's metrics.
+#[derive(Debug, Default)]
+pub struct LinkCounters {
+    /// Cells sent.
+    pub cells_out: AtomicU64,
+    /// Cells received.
+    pub cells_in: AtomicU64,
+    /// Cell bytes sent.
+    pub bytes_out: AtomicU64,
+    /// Cell bytes received.
+    pub bytes_in: AtomicU64,
+    /// Cells refused because they exceeded the path's datagram size.
+    pub dropped_too_large: AtomicU64,
+}
+
+/// A node's QUIC endpoint.
+#[derive(Debug)]
+pub struct QuicEndpoint {
+    endpoint: quinn::Endpoint,
+    identity: Arc<IdentityKey>,
+    config: QuicConfig,
+}
+
+impl QuicEndpoint {
+    /// Bind `addr` (needs a tokio runtime) as `identity`.
+    pub fn bind(
+        addr: SocketAddr,
+        identity: Arc<IdentityKey>,
+        config: QuicConfig,
+    ) -> Result<Self, Error> {
+        let tls = Arc::new(server_config(&identity)?);
+        let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::TlsConfig {
+            reason: e.to_string(),
+        })?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(Arc::new(transport(&config)?));
+        let endpoint = quinn::Endpoint::server(server, addr).map_err(io)?;
+        Ok(QuicEndpoint {
+            endpoint,
+            identity,
+            config,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
+        self.endpoint.local_addr().map_err(io)
+    }
+
+    /// Dial `peer` at `addr`; refused with [`Error::WrongPeer`] if another node answers.
+    pub async fn connect(&self, peer: NodeId, addr: SocketAddr) -> Result<QuicLink, Error> {
+        let refusal = Refusal::default();
+        let tls = Arc::new(client_config_reporting(
+            &self.identity,
+            peer,
+            refusal.clone(),
+        )?);
+        let crypto = QuicClientConfig::try_from(tls).map_err(|e| Error::TlsConfig {
+            reason: e.to_string(),
+        })?;
+        let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+        client.transport_config(Arc::new(transport(&self.config)?));
+        let connecting = self
+            .endpoint
+            .connect_with(client, addr, "nyx")
+            .map_err(|e| Error::Link {
+                reason: e.to_string(),
+            })?;
+        let conn = match connecting.await {
+            Ok(conn) => conn,
+            // Our verifier's typed reason (wrong peer, not an identity) beats TLS's string.
+            Err(e) => {
+                let recorded = refusal.lock().ok().and_then(|mut slot| slot.take());
+                return Err(recorded.unwrap_or_else(|| connection_error(e)));
+            }
+        };
+        let (send, recv) = conn.open_bi().await.map_err(connection_error)?;
+        let link = QuicLink::new(conn, peer, send, recv);
+        // The stream exists for the peer once it carries a byte: announce it.
+        link.send_control(&[]).await?;
+        Ok(link)
+    }
+
+    /// The next incoming link (its dialler's identity verified), or `None` once the endpoint
+    /// is closed.
+    pub async fn accept(&self) -> Option<Result<QuicLink, Error>> {
+        let incoming = self.endpoint.accept().await?;
+        Some(
+            async {
+                let conn = incoming.await.map_err(connection_error)?;
+                let peer = conn
+                    .peer_identity()
+                    .and_then(|any| {
+                        any.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                            .ok()
+                    })
+                    .and_then(|certs| certs.first().map(peer_node_id))
+                    .ok_or_else(|| Error::BadCertificate {
+                        reason: "no certificate".to_string(),
+                    })??;
+                let (send, recv) = conn.accept_bi().await.map_err(connection_error)?;
+                let link = QuicLink::new(conn, peer, send, recv);
+                // The dialler's announcement (an empty control message).
+                link.recv_control().await?;
+                Ok(link)
+            }
+            .await,
+        )
+    }
+
+    /// Close every link and stop accepting.
+    pub fn close(&self) {
+        self.endpoint.close(0u32.into(), b"closing");
+    }
+
+    /// Wait until every link's close has been sent.
+    pub async fn wait_idle(&self) {
+        self.endpoint.wait_idle().await;
+    }
+}
+
+/// One authenticated QUIC link to a peer node.
+#[derive(Debug)]
+pub struct QuicLink {
+    conn: quinn::Connection,
+    peer: NodeId,
+    control_send: Mutex<quinn::SendStream>,
+    control_recv: Mutex<quinn::RecvStream>,
+    counters: Arc<LinkCounters>,
+}
+
+impl QuicLink {
+    fn new(
+        conn: quinn::Connection,
+        peer: NodeId,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+    ) -> Self {
+        QuicLink {
+            conn,
+            peer,
+            control_send: Mutex::new(send),
+            control_recv: Mutex::new(recv),
+            counters: Arc::new(LinkCounters::default()),
+        }
+    }
+
+    /// The peer's verified identity.
+    pub fn peer(&self) -> NodeId {
+        self.peer
+    }
+
+    /// The link's counters.
+    pub fn counters(&self) -> &Arc<LinkCounters> {
+        &self.counters
+    }
+
+    /// The largest cell the path carries now (it changes with path-MTU discovery).
+    pub fn max_cell(&self) -> Option<usize> {
+        self.conn.max_datagram_size()
+    }
+
+    /// The current round-trip estimate.
+    pub fn rtt(&self) -> Duration {
+        self.conn.rtt()
+    }
+
+    /// Send one cell as a QUIC datagram (unreliable, unordered).
+    pub fn send_cell(&self, cell: Bytes) -> Result<(), Error> {
+        let max = self.conn.max_datagram_size().unwrap_or(0);
+        if cell.len() > max {
+            self.counters
+                .dropped_too_large
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Error::CellTooLarge {
+                len: cell.len(),
+                max,
+            });
+        }
+        let len = cell.len() as u64;
+        self.conn.send_datagram(cell).map_err(|e| Error::Link {
+            reason: e.to_string(),
+        })?;
+        self.counters.cells_out.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_out.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The next cell from the peer.
+    pub async fn recv_cell(&self) -> Result<Bytes, Error> {
+        let cell = self.conn.read_datagram().await.map_err(connection_error)?;
+        self.counters.cells_in.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_in
+            .fetch_add(cell.len() as u64, Ordering::Relaxed);
+        Ok(cell)
+    }
+
+    /// Send a control message (reliable, ordered; at most [`MAX_CONTROL_LEN`] bytes).
+    pub async fn send_control(&self, msg: &[u8]) -> Result<(), Error> {
+        if msg.len() > MAX_CONTROL_LEN {
+            return Err(Error::ControlTooLarge { len: msg.len() });
+        }
+        let mut send = self.control_send.lock().await;
+        let len = (msg.len() as u32).to_be_bytes();
+        send.write_all(&len).await.map_err(|e| Error::Link {
+            reason: e.to_string(),
+        })?;
+        send.write_all(msg).await.map_err(|e| Error::Link {
+            reason: e.to_string(),
+        })?;
+        Ok(())
+    }
+
+    /// The next control message from the peer.
+    pub async fn recv_control(&self) -> Result<Vec<u8>, Error> {
+        let mut recv = self.control_recv.lock().await;
+        let mut len = [0u8; 4];
+        recv.read_exact(&mut len).await.map_err(|e| Error::Link {
+            reason: e.to_string(),
+        })?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len > MAX_CONTROL_LEN {
+            return Err(Error::ControlTooLarge { len });
+        }
+        let mut msg = vec![0u8; len];
+        recv.read_exact(&mut msg).await.map_err(|e| Error::Link {
+            reason: e.to_string(),
+        })?;
+        Ok(msg)
+    }
+
+    /// Close the link with a reason the peer sees.
+    pub fn close(&self, reason: &str) {
+        self.conn.close(0u32.into(), reason.as_bytes());
+    }
+}
+
+fn transport(config: &QuicConfig) -> Result<quinn::TransportConfig, Error> {
+    let mut t = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(config.idle_timeout).map_err(|_| Error::TlsConfig {
+        reason: "idle_timeout out of range".to_string(),
+    })?;
+    t.max_idle_timeout(Some(idle));
+    t.keep_alive_interval(Some(config.keep_alive));
+    t.datagram_receive_buffer_size(Some(config.datagram_receive_buffer));
+    t.datagram_send_buffer_size(config.datagram_receive_buffer);
+    Ok(t)
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::Link {
+        reason: e.to_string(),
+    }
+}
+
+fn connection_error(e: quinn::ConnectionError) -> Error {
+    Error::Link {
+        reason: e.to_string(),
+    }
+}
