@@ -52,6 +52,13 @@ pub enum Error {
         len: usize,
     },
 
+    /// Dialling this peer failed recently; the pool waits before trying again.
+    #[error("peer unreachable recently; next dial in {retry_in:?}")]
+    Backoff {
+        /// Time until the next dial may start.
+        retry_in: std::time::Duration,
+    },
+
     /// TLS configuration failed.
     #[error("TLS configuration: {reason}")]
     TlsConfig {

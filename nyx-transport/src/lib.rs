@@ -15,11 +15,13 @@
 //! * [`quic`]: the QUIC transport: one quinn endpoint per node, cells in DATAGRAM frames
 //!   (size checked on every send), control messages on one reliable stream per link, peers
 //!   verified by `NodeId`.
+//! * [`pool`]: one link per peer, reused; concurrent dials merged; idle close; LRU cap;
+//!   redial with exponential backoff and jitter; no lock held across a handshake.
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
 //!   tests of this crate and the overlay put between real sockets.
 //!
-//! To come: the link abstraction over both transports, the UDP transport and the connection
-//! pool (see docs/architecture.md).
+//! To come: the link abstraction over both transports and the UDP transport (see
+//! docs/architecture.md).
 //!
 //! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-daemon).
 
@@ -28,6 +30,7 @@
 mod error;
 pub mod fault;
 pub mod identity_tls;
+pub mod pool;
 pub mod pq_kx;
 pub mod quic;
 

@@ -279,6 +279,11 @@ impl QuicLink {
         Ok(msg)
     }
 
+    /// Whether the link is closed (by either side, an error or the idle timeout).
+    pub fn is_closed(&self) -> bool {
+        self.conn.close_reason().is_some()
+    }
+
     /// Close the link with a reason the peer sees.
     pub fn close(&self, reason: &str) {
         self.conn.close(0u32.into(), reason.as_bytes());
