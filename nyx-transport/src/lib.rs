@@ -15,13 +15,16 @@
 //! * [`quic`]: the QUIC transport: one quinn endpoint per node, cells in DATAGRAM frames
 //!   (size checked on every send), control messages on one reliable stream per link, peers
 //!   verified by `NodeId`.
+//! * [`udp`]: the UDP transport's protocol engine (sans-IO): nyx-crypto's link handshake and
+//!   sessions over raw datagrams, a stateless cookie step and per-source HELLO limits before
+//!   any expensive cryptography.
 //! * [`pool`]: one link per peer, reused; concurrent dials merged; idle close; LRU cap;
 //!   redial with exponential backoff and jitter; no lock held across a handshake.
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
 //!   tests of this crate and the overlay put between real sockets.
 //!
-//! To come: the link abstraction over both transports and the UDP transport (see
-//! docs/architecture.md).
+//! To come: the UDP socket driver with batching, the link abstraction over both transports
+//! (see docs/architecture.md).
 //!
 //! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-daemon).
 
@@ -33,6 +36,7 @@ pub mod identity_tls;
 pub mod pool;
 pub mod pq_kx;
 pub mod quic;
+pub mod udp;
 
 pub use error::Error;
 
