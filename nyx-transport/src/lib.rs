@@ -18,13 +18,14 @@
 //! * [`udp`]: the UDP transport's protocol engine (sans-IO): nyx-crypto's link handshake and
 //!   sessions over raw datagrams, a stateless cookie step and per-source HELLO limits before
 //!   any expensive cryptography.
+//! * [`udp_driver`]: the task that owns a UDP socket and the engine, with GSO/GRO and
+//!   `recvmmsg` batching (quinn-udp).
 //! * [`pool`]: one link per peer, reused; concurrent dials merged; idle close; LRU cap;
 //!   redial with exponential backoff and jitter; no lock held across a handshake.
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
 //!   tests of this crate and the overlay put between real sockets.
 //!
-//! To come: the UDP socket driver with batching, the link abstraction over both transports
-//! (see docs/architecture.md).
+//! To come: one link abstraction over both transports, benchmarks (see docs/architecture.md).
 //!
 //! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-daemon).
 
@@ -37,6 +38,7 @@ pub mod pool;
 pub mod pq_kx;
 pub mod quic;
 pub mod udp;
+pub mod udp_driver;
 
 pub use error::Error;
 

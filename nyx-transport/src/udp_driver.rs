@@ -1,0 +1,214 @@
+//! The UDP transport's driver: one task owns the socket and the [`UdpEngine`], moves
+//! datagrams with the fewest system calls the kernel allows (quinn-udp: GSO for runs of
+//! equal-size datagrams to one peer, GRO and `recvmmsg` on receive), and talks to the rest of
+//! the node through channels. The caller (nyx-daemon) spawns [`UdpTransport::run`].
+
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nyx_core::{NodeId, Timestamp};
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::kem::HybridPublicKey;
+use nyx_crypto::link::LinkKey;
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use tokio::io::Interest;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::Error;
+use crate::udp::{UdpConfig, UdpEngine, UdpEvent};
+
+/// Datagrams received per system call at most.
+const RECV_BATCH: usize = 32;
+/// Socket buffer size asked of the kernel.
+const SOCKET_BUFFER: usize = 4 << 20;
+/// Room per receive buffer: 64 KiB holds a GRO batch.
+const RECV_BUF: usize = 64 * 1024;
+
+/// What the rest of the node asks the UDP transport to do.
+#[derive(Debug)]
+pub enum UdpCommand {
+    /// Dial a peer (its link key from the directory).
+    Connect {
+        /// The peer.
+        peer: NodeId,
+        /// Its link key.
+        key: Box<HybridPublicKey>,
+        /// Its address.
+        addr: SocketAddr,
+    },
+    /// Send a cell on the link to `addr`.
+    Cell {
+        /// The peer's address.
+        addr: SocketAddr,
+        /// The cell.
+        cell: Bytes,
+    },
+}
+
+/// A UDP socket and its protocol engine.
+#[derive(Debug)]
+pub struct UdpTransport {
+    io: tokio::net::UdpSocket,
+    state: UdpSocketState,
+    engine: UdpEngine,
+    epoch: Instant,
+}
+
+impl UdpTransport {
+    /// Bind `addr` (needs a tokio runtime) for `identity` with its link keys.
+    pub fn bind(
+        addr: SocketAddr,
+        identity: Arc<IdentityKey>,
+        link_keys: Vec<LinkKey>,
+        config: UdpConfig,
+    ) -> Result<Self, Error> {
+        let io_err = |e: io::Error| Error::Link {
+            reason: e.to_string(),
+        };
+        let std = std::net::UdpSocket::bind(addr).map_err(io_err)?;
+        std.set_nonblocking(true).map_err(io_err)?;
+        let state = UdpSocketState::new((&std).into()).map_err(io_err)?;
+        // Bursts of cells must not overflow the kernel's default ~200 KiB buffers; the kernel
+        // caps these at net.core.{r,w}mem_max, so failure to get all of it is not an error.
+        let _ = state.set_recv_buffer_size((&std).into(), SOCKET_BUFFER);
+        let _ = state.set_send_buffer_size((&std).into(), SOCKET_BUFFER);
+        let io = tokio::net::UdpSocket::from_std(std).map_err(io_err)?;
+        let engine = UdpEngine::new(config, identity, link_keys, Timestamp::ZERO)?;
+        Ok(UdpTransport {
+            io,
+            state,
+            engine,
+            epoch: Instant::now(),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
+        self.io.local_addr().map_err(|e| Error::Link {
+            reason: e.to_string(),
+        })
+    }
+
+    /// Run until `commands` closes: execute commands, move datagrams, report events.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<UdpCommand>,
+        events: mpsc::Sender<UdpEvent>,
+    ) -> Result<(), Error> {
+        let mut storage = vec![0u8; RECV_BUF * RECV_BATCH];
+        let mut meta = [RecvMeta::default(); RECV_BATCH];
+        loop {
+            let wake = self
+                .engine
+                .poll_timeout()
+                .map(|t| self.epoch + std::time::Duration::from_nanos(t.as_nanos()));
+            tokio::select! {
+                command = commands.recv() => {
+                    let Some(command) = command else { return Ok(()) };
+                    let now = self.now();
+                    match command {
+                        UdpCommand::Connect { peer, key, addr } => self.engine.connect(peer, *key, addr, now)?,
+                        // A cell for a peer without a link is dropped (counted by the caller's
+                        // queue); cells are unreliable by design.
+                        UdpCommand::Cell { addr, cell } => { let _ = self.engine.send_cell(addr, &cell, now); }
+                    }
+                }
+                ready = self.io.readable() => {
+                    ready.map_err(|e| Error::Link { reason: e.to_string() })?;
+                    self.receive(&mut storage, &mut meta);
+                }
+                () = sleep_until(wake) => {
+                    let now = self.now();
+                    self.engine.handle_timeout(now);
+                }
+            }
+            self.flush().await;
+            while let Some(event) = self.engine.poll_event() {
+                if events.send(event).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Receive everything ready (GRO batches split by stride) into the engine.
+    fn receive(&mut self, storage: &mut [u8], meta: &mut [RecvMeta; RECV_BATCH]) {
+        let now = self.now();
+        let (io, state) = (&self.io, &self.state);
+        let mut slices: Vec<IoSliceMut<'_>> =
+            storage.chunks_mut(RECV_BUF).map(IoSliceMut::new).collect();
+        let Ok(n) = io.try_io(Interest::READABLE, || {
+            state.recv(io.into(), &mut slices, meta)
+        }) else {
+            return; // spurious readiness: nothing to read
+        };
+        for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
+            let stride = m.stride.max(1);
+            for datagram in slice[..m.len].chunks(stride) {
+                self.engine.handle_datagram(m.addr, datagram, now);
+            }
+        }
+    }
+
+    /// Send what the engine queued: consecutive equal-size datagrams to one address go out as
+    /// one GSO transmit.
+    async fn flush(&mut self) {
+        let max_segments = self.state.max_gso_segments().max(1);
+        let mut pending: Option<(SocketAddr, usize, Vec<u8>, usize)> = None;
+        while let Some((addr, datagram)) = self.engine.poll_transmit() {
+            if let Some((to, size, buf, count)) = &mut pending
+                && *to == addr
+                && *size == datagram.len()
+                && *count < max_segments
+            {
+                buf.extend_from_slice(&datagram);
+                *count += 1;
+                continue;
+            }
+            if let Some(batch) = pending.take() {
+                self.send(batch).await;
+            }
+            let size = datagram.len();
+            pending = Some((addr, size, datagram, 1));
+        }
+        if let Some(batch) = pending {
+            self.send(batch).await;
+        }
+    }
+
+    async fn send(&self, (addr, size, buf, count): (SocketAddr, usize, Vec<u8>, usize)) {
+        let transmit = Transmit {
+            destination: addr,
+            ecn: None,
+            contents: &buf,
+            segment_size: (count > 1).then_some(size),
+            src_ip: None,
+        };
+        loop {
+            if self.io.writable().await.is_err() {
+                return;
+            }
+            match self.io.try_io(Interest::WRITABLE, || {
+                self.state.send((&self.io).into(), &transmit)
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                // Datagrams are unreliable: a send error (unreachable peer) drops them.
+                _ => return,
+            }
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        Timestamp::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
