@@ -129,6 +129,10 @@ struct Link {
     session: Session,
     /// Responder side: up only once the initiator's first DATA authenticated.
     confirmed: bool,
+    /// A newer session from a HELLO that arrived while this link was up: it replaces the
+    /// current one only when a DATA authenticates under it (the peer restarted). A replayed
+    /// HELLO, even with a spoofed source, therefore cannot tear down a live link.
+    pending: Option<(NodeId, Session)>,
 }
 
 struct Dial {
@@ -370,14 +374,22 @@ impl UdpEngine {
             now,
         ) {
             Ok((session, welcome, initiator)) => {
-                self.links.insert(
-                    from,
-                    Link {
-                        peer: initiator.node_id(),
-                        session,
-                        confirmed: false,
-                    },
-                );
+                match self.links.get_mut(&from) {
+                    Some(live) if live.confirmed => {
+                        live.pending = Some((initiator.node_id(), session));
+                    }
+                    _ => {
+                        self.links.insert(
+                            from,
+                            Link {
+                                peer: initiator.node_id(),
+                                session,
+                                confirmed: false,
+                                pending: None,
+                            },
+                        );
+                    }
+                }
                 let mut reply = Vec::with_capacity(1 + WELCOME_LEN);
                 reply.push(T_WELCOME);
                 reply.extend_from_slice(&welcome);
@@ -410,6 +422,7 @@ impl UdpEngine {
                         peer,
                         session,
                         confirmed: true,
+                        pending: None,
                     },
                 );
                 self.stats.handshakes_ok += 1;
@@ -438,8 +451,21 @@ impl UdpEngine {
         let range = match link.session.open(now, &mut buf) {
             Ok(range) => range,
             Err(_) => {
-                self.stats.dropped_auth += 1;
-                return;
+                // Perhaps the peer restarted and this is its new session. (A failed open
+                // changes no session state, so garbage cannot spoil the pending one.)
+                let mut copy = body.to_vec();
+                let opened = link
+                    .pending
+                    .as_mut()
+                    .and_then(|(_, session)| session.open(now, &mut copy).ok());
+                let (Some(range), Some((peer, session))) = (opened, link.pending.take()) else {
+                    self.stats.dropped_auth += 1;
+                    return;
+                };
+                link.peer = peer;
+                link.session = session;
+                buf = copy;
+                range
             }
         };
         let peer = link.peer;

@@ -352,3 +352,71 @@ fn ten_percent_loss_and_reordering_do_not_break_the_link() {
         "reordering within the window is not a replay"
     );
 }
+
+#[test]
+fn a_replayed_hello_cannot_tear_down_a_live_link_but_a_restarted_peer_reconnects() {
+    let (mut a, mut b) = (
+        node(1, A, UdpConfig::default()),
+        node(2, B, UdpConfig::default()),
+    );
+    connect(&mut a, &mut b);
+    // Capture A's HELLO on its way.
+    let (_, hello) = a.engine.poll_transmit().unwrap();
+    b.engine.handle_datagram(a.addr, &hello, Timestamp::ZERO);
+    run(&mut a, &mut b, None, 0, 3);
+    // Mallory replays it from A's address (spoofed), even after B's replay cache forgot it
+    // (a fresh HELLO from another initiator identity stands in for an evicted one).
+    let mut stale = node(1, A, UdpConfig::default());
+    stale
+        .engine
+        .connect(
+            b.id.node_id(),
+            b.key.public().clone(),
+            b.addr,
+            Timestamp::ZERO,
+        )
+        .unwrap();
+    let (_, replacement) = stale.engine.poll_transmit().unwrap();
+    b.engine
+        .handle_datagram(a.addr, &replacement, Timestamp::from_millis(5));
+    while b.engine.poll_transmit().is_some() {}
+    // The live link is untouched.
+    a.engine
+        .send_cell(b.addr, b"still here", Timestamp::from_millis(6))
+        .unwrap();
+    let (_, eb) = run(&mut a, &mut b, None, 6, 2);
+    assert_eq!(
+        eb,
+        vec![UdpEvent::Cell {
+            peer: a.id.node_id(),
+            data: b"still here".to_vec()
+        }]
+    );
+
+    // A genuinely restarted A (new session from the same address) takes over once its first
+    // DATA authenticates.
+    let mut restarted = node(1, A, UdpConfig::default());
+    restarted
+        .engine
+        .connect(
+            b.id.node_id(),
+            b.key.public().clone(),
+            b.addr,
+            Timestamp::from_millis(10),
+        )
+        .unwrap();
+    let (ea, _) = run(&mut restarted, &mut b, None, 10, 5);
+    assert!(matches!(ea[..], [UdpEvent::Connected { .. }]), "{ea:?}");
+    restarted
+        .engine
+        .send_cell(b.addr, b"new me", Timestamp::from_millis(20))
+        .unwrap();
+    let (_, eb) = run(&mut restarted, &mut b, None, 20, 2);
+    assert_eq!(
+        eb,
+        vec![UdpEvent::Cell {
+            peer: a.id.node_id(),
+            data: b"new me".to_vec()
+        }]
+    );
+}
