@@ -279,6 +279,11 @@ impl QuicLink {
         Ok(msg)
     }
 
+    /// The underlying quinn connection (for baselines and diagnostics).
+    pub fn raw_connection(&self) -> &quinn::Connection {
+        &self.conn
+    }
+
     /// Whether the link is closed (by either side, an error or the idle timeout).
     pub fn is_closed(&self) -> bool {
         self.conn.close_reason().is_some()

@@ -1,0 +1,371 @@
+//! nyx-transport benches with their baselines in the same group:
+//!
+//! * `udp_loopback/send_recv/{size}`: one datagram across loopback through the UDP
+//!   transport's engine (seal, send, receive, open) vs `std_socket/{size}`: plain
+//!   `std::net::UdpSocket` send/recv of the same payload.
+//! * `cells/throughput/{quic,udp}`: 1152-byte cells one way over loopback with full crypto, vs
+//!   `raw_quinn`: quinn datagrams with no NyxNet code, and `plain_send_to`: tokio `send_to`.
+//!   Reported as time per cell.
+//! * `pool/pooled_connect` vs `pool/fresh_connect`: a pooled link vs a new hybrid
+//!   post-quantum QUIC handshake.
+
+use std::hint::black_box;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use nyx_core::Timestamp;
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::kem::HybridSecretKey;
+use nyx_crypto::link::LinkKey;
+use nyx_transport::pool::{LinkPool, PoolConfig};
+use nyx_transport::quic::{QuicConfig, QuicEndpoint};
+use nyx_transport::udp::{UdpConfig, UdpEngine, UdpEvent};
+use nyx_transport::udp_driver::{UdpCommand, UdpTransport};
+use tokio::sync::mpsc;
+
+const SIZES: [usize; 5] = [64, 512, 1024, 4096, 8192];
+const CELL: usize = 1152;
+
+fn identity(seed: u8) -> Arc<IdentityKey> {
+    Arc::new(IdentityKey::from_seed(&[seed; 32]))
+}
+
+fn engine(seed: u8) -> UdpEngine {
+    UdpEngine::new(
+        UdpConfig::default(),
+        identity(seed),
+        vec![LinkKey::new(HybridSecretKey::from_seed(&[seed; 96]))],
+        Timestamp::ZERO,
+    )
+    .expect("engine")
+}
+
+fn udp_loopback(c: &mut Criterion) {
+    let sa = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let sb = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let (aa, ab) = (
+        sa.local_addr().expect("addr"),
+        sb.local_addr().expect("addr"),
+    );
+    // Two engines with a live link, datagrams moved through the real sockets.
+    let (mut a, mut b) = (engine(1), engine(2));
+    let kb = HybridSecretKey::from_seed(&[2; 96]);
+    a.connect(
+        identity(2).node_id(),
+        kb.public().clone(),
+        ab,
+        Timestamp::ZERO,
+    )
+    .expect("connect");
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..3 {
+        while let Some((_, d)) = a.poll_transmit() {
+            sa.send_to(&d, ab).expect("send");
+            let (n, from) = sb.recv_from(&mut buf).expect("recv");
+            b.handle_datagram(from, &buf[..n], Timestamp::ZERO);
+        }
+        while let Some((_, d)) = b.poll_transmit() {
+            sb.send_to(&d, aa).expect("send");
+            let (n, from) = sa.recv_from(&mut buf).expect("recv");
+            a.handle_datagram(from, &buf[..n], Timestamp::ZERO);
+        }
+    }
+    while a.poll_event().is_some() {}
+    while b.poll_event().is_some() {}
+
+    let mut g = c.benchmark_group("udp_loopback");
+    for size in SIZES {
+        g.throughput(Throughput::Bytes(size as u64));
+        let payload = vec![0x5au8; size];
+        g.bench_with_input(BenchmarkId::new("send_recv", size), &size, |bench, _| {
+            bench.iter(|| {
+                a.send_cell(ab, &payload, Timestamp::ZERO).expect("seal");
+                let (_, d) = a.poll_transmit().expect("queued");
+                sa.send_to(&d, ab).expect("send");
+                let (n, from) = sb.recv_from(&mut buf).expect("recv");
+                b.handle_datagram(from, &buf[..n], Timestamp::ZERO);
+                match b.poll_event() {
+                    Some(UdpEvent::Cell { data, .. }) => black_box(data.len()),
+                    other => panic!("{other:?}"),
+                }
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("std_socket", size), &size, |bench, _| {
+            bench.iter(|| {
+                sa.send_to(&payload, ab).expect("send");
+                let (n, _) = sb.recv_from(&mut buf).expect("recv");
+                black_box(n)
+            })
+        });
+    }
+    g.finish();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Two connected QUIC endpoints (ours) on loopback.
+async fn quic_pair() -> (
+    Arc<nyx_transport::quic::QuicLink>,
+    Arc<nyx_transport::quic::QuicLink>,
+    Vec<QuicEndpoint>,
+) {
+    let a = QuicEndpoint::bind(
+        "127.0.0.1:0".parse().expect("addr"),
+        identity(1),
+        QuicConfig::default(),
+    )
+    .expect("a");
+    let b = QuicEndpoint::bind(
+        "127.0.0.1:0".parse().expect("addr"),
+        identity(2),
+        QuicConfig::default(),
+    )
+    .expect("b");
+    let b_addr = b.local_addr().expect("addr");
+    let (ab, ba) = tokio::join!(a.connect(identity(2).node_id(), b_addr), async {
+        b.accept().await.expect("incoming")
+    });
+    (
+        Arc::new(ab.expect("dial")),
+        Arc::new(ba.expect("accept")),
+        vec![a, b],
+    )
+}
+
+/// Send `n` cells as fast as the link takes them; time until the receiver has them all (or
+/// stopped getting any for 200 ms: datagrams may be dropped when the sender outruns it).
+async fn one_way<S, R, Fut>(n: usize, mut send: S, mut recv: R) -> (Duration, usize)
+where
+    S: FnMut(usize),
+    R: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    for i in 0..n {
+        send(i);
+        if i % 64 == 63 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let mut got = 0;
+    while got < n {
+        match tokio::time::timeout(Duration::from_millis(200), recv()).await {
+            Ok(true) => got += 1,
+            _ => break,
+        }
+    }
+    (start.elapsed(), got)
+}
+
+fn cells(c: &mut Criterion) {
+    let rt = runtime();
+    let mut g = c.benchmark_group("cells");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(1));
+    // Ours over QUIC.
+    let (ab, ba, _eps) = rt.block_on(quic_pair());
+    g.bench_function(BenchmarkId::new("throughput", "quic"), |bench| {
+        bench.iter_custom(|iters| {
+            let n = iters as usize;
+            let (ab, ba) = (ab.clone(), ba.clone());
+            let (t, got) = rt.block_on(one_way(
+                n,
+                |_| {
+                    let _ = ab.send_cell(Bytes::from_static(&[7u8; CELL]));
+                },
+                || {
+                    let ba = ba.clone();
+                    async move { ba.recv_cell().await.is_ok() }
+                },
+            ));
+            t.mul_f64(n as f64 / got.max(1) as f64)
+        })
+    });
+    // Raw quinn datagrams between the same kind of endpoints, no NyxNet code on the path.
+    let (ab_raw, ba_raw) = (ab.clone(), ba.clone());
+    g.bench_function(BenchmarkId::new("throughput", "raw_quinn"), |bench| {
+        bench.iter_custom(|iters| {
+            let n = iters as usize;
+            let (ab, ba) = (ab_raw.clone(), ba_raw.clone());
+            let (t, got) = rt.block_on(one_way(
+                n,
+                |_| {
+                    let _ = ab
+                        .raw_connection()
+                        .send_datagram(Bytes::from_static(&[7u8; CELL]));
+                },
+                || {
+                    let ba = ba.clone();
+                    async move { ba.raw_connection().read_datagram().await.is_ok() }
+                },
+            ));
+            t.mul_f64(n as f64 / got.max(1) as f64)
+        })
+    });
+    // Ours over UDP (driver tasks, channels) vs plain tokio send_to.
+    let (a_tx, mut b_rx, b_addr, _guards) = rt.block_on(async {
+        let kb = HybridSecretKey::from_seed(&[2; 96]);
+        let ta = UdpTransport::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            identity(1),
+            vec![LinkKey::new(HybridSecretKey::from_seed(&[1; 96]))],
+            UdpConfig::default(),
+        )
+        .expect("a");
+        let tb = UdpTransport::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            identity(2),
+            vec![LinkKey::new(HybridSecretKey::from_seed(&[2; 96]))],
+            UdpConfig::default(),
+        )
+        .expect("b");
+        let b_addr = tb.local_addr().expect("addr");
+        let (actx, acrx) = mpsc::channel(4096);
+        let (aetx, mut aerx) = mpsc::channel(4096);
+        let (bctx, bcrx) = mpsc::channel(4096);
+        let (betx, mut berx) = mpsc::channel(65536);
+        tokio::spawn(ta.run(acrx, aetx));
+        tokio::spawn(tb.run(bcrx, betx));
+        actx.send(UdpCommand::Connect {
+            peer: identity(2).node_id(),
+            key: Box::new(kb.public().clone()),
+            addr: b_addr,
+        })
+        .await
+        .expect("cmd");
+        let _ = aerx.recv().await;
+        let _ = berx.recv().await;
+        (actx, berx, b_addr, (bctx, aerx))
+    });
+    g.bench_function(BenchmarkId::new("throughput", "udp"), |bench| {
+        bench.iter_custom(|iters| {
+            let n = iters as usize;
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let _ = a_tx
+                        .send(UdpCommand::Cell {
+                            addr: b_addr,
+                            cell: Bytes::from_static(&[7u8; CELL]),
+                        })
+                        .await;
+                }
+                let mut got = 0;
+                while got < n {
+                    match tokio::time::timeout(Duration::from_millis(200), b_rx.recv()).await {
+                        Ok(Some(UdpEvent::Cell { .. })) => got += 1,
+                        Ok(Some(_)) => {}
+                        _ => break,
+                    }
+                }
+                start.elapsed().mul_f64(n as f64 / got.max(1) as f64)
+            })
+        })
+    });
+    let (plain_a, plain_b) = rt.block_on(async {
+        (
+            tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("a"),
+            Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("b")),
+        )
+    });
+    let plain_to: SocketAddr = plain_b.local_addr().expect("addr");
+    g.bench_function(BenchmarkId::new("throughput", "plain_send_to"), |bench| {
+        bench.iter_custom(|iters| {
+            let n = iters as usize;
+            rt.block_on(async {
+                let rx = plain_b.clone();
+                let reader = tokio::spawn(async move {
+                    let mut buf = [0u8; 2048];
+                    let mut got = 0;
+                    while got < n {
+                        match tokio::time::timeout(
+                            Duration::from_millis(200),
+                            rx.recv_from(&mut buf),
+                        )
+                        .await
+                        {
+                            Ok(Ok(_)) => got += 1,
+                            _ => break,
+                        }
+                    }
+                    got
+                });
+                let start = Instant::now();
+                for _ in 0..n {
+                    let _ = plain_a.send_to(&[7u8; CELL], plain_to).await;
+                }
+                let got = reader.await.unwrap_or(0);
+                start.elapsed().mul_f64(n as f64 / got.max(1) as f64)
+            })
+        })
+    });
+    g.finish();
+}
+
+fn pool(c: &mut Criterion) {
+    let rt = runtime();
+    let (pool, peer, addr, _server) = rt.block_on(async {
+        let a = Arc::new(
+            QuicEndpoint::bind(
+                "127.0.0.1:0".parse().expect("addr"),
+                identity(1),
+                QuicConfig::default(),
+            )
+            .expect("a"),
+        );
+        let b = Arc::new(
+            QuicEndpoint::bind(
+                "127.0.0.1:0".parse().expect("addr"),
+                identity(2),
+                QuicConfig::default(),
+            )
+            .expect("b"),
+        );
+        let addr = b.local_addr().expect("addr");
+        let server = b.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Some(link) = server.accept().await {
+                if let Ok(link) = link {
+                    held.push(link);
+                    if held.len() > 64 {
+                        held.remove(0);
+                    }
+                }
+            }
+        });
+        (
+            LinkPool::new(a.clone(), PoolConfig::default()),
+            identity(2).node_id(),
+            addr,
+            (a, b),
+        )
+    });
+    rt.block_on(pool.get(peer, addr)).expect("first dial");
+    let mut g = c.benchmark_group("pool");
+    g.bench_function("pooled_connect", |bench| {
+        bench.iter(|| black_box(rt.block_on(pool.get(peer, addr)).expect("pooled")))
+    });
+    g.sample_size(20);
+    let endpoint = _server.0.clone();
+    g.bench_function("fresh_connect", |bench| {
+        bench.iter(|| {
+            let link = rt.block_on(endpoint.connect(peer, addr)).expect("dial");
+            link.close("bench");
+            black_box(link.peer())
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, udp_loopback, cells, pool);
+criterion_main!(benches);
