@@ -141,8 +141,12 @@ async fn quic_pair() -> (
     )
 }
 
-/// Send `n` cells as fast as the link takes them; time until the receiver has them all (or
-/// stopped getting any for 200 ms: datagrams may be dropped when the sender outruns it).
+/// Cells per measured batch.
+const BATCH: usize = 2000;
+
+/// Send `n` cells as fast as the link takes them; the time from the first send to the last
+/// arrival, and how many arrived (datagrams may be dropped when the sender outruns the
+/// receiver; the receiver stops after 50 ms without one).
 async fn one_way<S, R, Fut>(n: usize, mut send: S, mut recv: R) -> (Duration, usize)
 where
     S: FnMut(usize),
@@ -157,62 +161,75 @@ where
         }
     }
     let mut got = 0;
+    let mut last = start;
     while got < n {
-        match tokio::time::timeout(Duration::from_millis(200), recv()).await {
-            Ok(true) => got += 1,
+        match tokio::time::timeout(Duration::from_millis(50), recv()).await {
+            Ok(true) => {
+                got += 1;
+                last = Instant::now();
+            }
             _ => break,
         }
     }
-    (start.elapsed(), got)
+    (last - start, got)
+}
+
+/// Time per delivered cell over `iters` batches.
+fn per_cell(iters: u64, mut batch: impl FnMut() -> (Duration, usize)) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let (t, got) = batch();
+        total += t.mul_f64(BATCH as f64 / got.max(1) as f64);
+    }
+    total
 }
 
 fn cells(c: &mut Criterion) {
     let rt = runtime();
     let mut g = c.benchmark_group("cells");
     g.sample_size(10);
-    g.throughput(Throughput::Elements(1));
+    g.throughput(Throughput::Elements(BATCH as u64));
     // Ours over QUIC.
     let (ab, ba, _eps) = rt.block_on(quic_pair());
     g.bench_function(BenchmarkId::new("throughput", "quic"), |bench| {
         bench.iter_custom(|iters| {
-            let n = iters as usize;
-            let (ab, ba) = (ab.clone(), ba.clone());
-            let (t, got) = rt.block_on(one_way(
-                n,
-                |_| {
-                    let _ = ab.send_cell(Bytes::from_static(&[7u8; CELL]));
-                },
-                || {
-                    let ba = ba.clone();
-                    async move { ba.recv_cell().await.is_ok() }
-                },
-            ));
-            t.mul_f64(n as f64 / got.max(1) as f64)
+            per_cell(iters, || {
+                let (ab, ba) = (ab.clone(), ba.clone());
+                rt.block_on(one_way(
+                    BATCH,
+                    |_| {
+                        let _ = ab.send_cell(Bytes::from_static(&[7u8; CELL]));
+                    },
+                    || {
+                        let ba = ba.clone();
+                        async move { ba.recv_cell().await.is_ok() }
+                    },
+                ))
+            })
         })
     });
-    // Raw quinn datagrams between the same kind of endpoints, no NyxNet code on the path.
-    let (ab_raw, ba_raw) = (ab.clone(), ba.clone());
+    // Raw quinn datagrams on the same connection, no NyxNet code on the path.
     g.bench_function(BenchmarkId::new("throughput", "raw_quinn"), |bench| {
         bench.iter_custom(|iters| {
-            let n = iters as usize;
-            let (ab, ba) = (ab_raw.clone(), ba_raw.clone());
-            let (t, got) = rt.block_on(one_way(
-                n,
-                |_| {
-                    let _ = ab
-                        .raw_connection()
-                        .send_datagram(Bytes::from_static(&[7u8; CELL]));
-                },
-                || {
-                    let ba = ba.clone();
-                    async move { ba.raw_connection().read_datagram().await.is_ok() }
-                },
-            ));
-            t.mul_f64(n as f64 / got.max(1) as f64)
+            per_cell(iters, || {
+                let (ab, ba) = (ab.clone(), ba.clone());
+                rt.block_on(one_way(
+                    BATCH,
+                    |_| {
+                        let _ = ab
+                            .raw_connection()
+                            .send_datagram(Bytes::from_static(&[7u8; CELL]));
+                    },
+                    || {
+                        let ba = ba.clone();
+                        async move { ba.raw_connection().read_datagram().await.is_ok() }
+                    },
+                ))
+            })
         })
     });
     // Ours over UDP (driver tasks, channels) vs plain tokio send_to.
-    let (a_tx, mut b_rx, b_addr, _guards) = rt.block_on(async {
+    let (a_tx, b_rx, b_addr, _guards) = rt.block_on(async {
         let kb = HybridSecretKey::from_seed(&[2; 96]);
         let ta = UdpTransport::bind(
             "127.0.0.1:0".parse().expect("addr"),
@@ -246,28 +263,36 @@ fn cells(c: &mut Criterion) {
         let _ = berx.recv().await;
         (actx, berx, b_addr, (bctx, aerx))
     });
+    let b_rx = Arc::new(tokio::sync::Mutex::new(b_rx));
     g.bench_function(BenchmarkId::new("throughput", "udp"), |bench| {
         bench.iter_custom(|iters| {
-            let n = iters as usize;
-            rt.block_on(async {
-                let start = Instant::now();
-                for _ in 0..n {
-                    let _ = a_tx
-                        .send(UdpCommand::Cell {
-                            addr: b_addr,
-                            cell: Bytes::from_static(&[7u8; CELL]),
-                        })
-                        .await;
-                }
-                let mut got = 0;
-                while got < n {
-                    match tokio::time::timeout(Duration::from_millis(200), b_rx.recv()).await {
-                        Ok(Some(UdpEvent::Cell { .. })) => got += 1,
-                        Ok(Some(_)) => {}
-                        _ => break,
-                    }
-                }
-                start.elapsed().mul_f64(n as f64 / got.max(1) as f64)
+            per_cell(iters, || {
+                let (tx, rx) = (a_tx.clone(), b_rx.clone());
+                rt.block_on(async move {
+                    let sender = tokio::spawn(async move {
+                        for _ in 0..BATCH {
+                            let _ = tx
+                                .send(UdpCommand::Cell {
+                                    addr: b_addr,
+                                    cell: Bytes::from_static(&[7u8; CELL]),
+                                })
+                                .await;
+                        }
+                    });
+                    let result = one_way(
+                        BATCH,
+                        |_| {},
+                        || {
+                            let rx = rx.clone();
+                            async move {
+                                matches!(rx.lock().await.recv().await, Some(UdpEvent::Cell { .. }))
+                            }
+                        },
+                    )
+                    .await;
+                    let _ = sender.await;
+                    result
+                })
             })
         })
     });
@@ -277,34 +302,33 @@ fn cells(c: &mut Criterion) {
             Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("b")),
         )
     });
+    let plain_a = Arc::new(plain_a);
     let plain_to: SocketAddr = plain_b.local_addr().expect("addr");
     g.bench_function(BenchmarkId::new("throughput", "plain_send_to"), |bench| {
         bench.iter_custom(|iters| {
-            let n = iters as usize;
-            rt.block_on(async {
-                let rx = plain_b.clone();
-                let reader = tokio::spawn(async move {
-                    let mut buf = [0u8; 2048];
-                    let mut got = 0;
-                    while got < n {
-                        match tokio::time::timeout(
-                            Duration::from_millis(200),
-                            rx.recv_from(&mut buf),
-                        )
-                        .await
-                        {
-                            Ok(Ok(_)) => got += 1,
-                            _ => break,
+            per_cell(iters, || {
+                let (tx, rx) = (plain_a.clone(), plain_b.clone());
+                rt.block_on(async move {
+                    let sender = tokio::spawn(async move {
+                        for _ in 0..BATCH {
+                            let _ = tx.send_to(&[7u8; CELL], plain_to).await;
                         }
-                    }
-                    got
-                });
-                let start = Instant::now();
-                for _ in 0..n {
-                    let _ = plain_a.send_to(&[7u8; CELL], plain_to).await;
-                }
-                let got = reader.await.unwrap_or(0);
-                start.elapsed().mul_f64(n as f64 / got.max(1) as f64)
+                    });
+                    let result = one_way(
+                        BATCH,
+                        |_| {},
+                        || {
+                            let rx = rx.clone();
+                            async move {
+                                let mut buf = [0u8; 2048];
+                                rx.recv_from(&mut buf).await.is_ok()
+                            }
+                        },
+                    )
+                    .await;
+                    let _ = sender.await;
+                    result
+                })
             })
         })
     });
