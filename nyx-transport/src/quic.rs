@@ -120,9 +120,13 @@ impl QuicEndpoint {
             // Our verifier's typed reason (wrong peer, not an identity) beats TLS's string.
             Err(e) => {
                 let recorded = refusal.lock().ok().and_then(|mut slot| slot.take());
-                return Err(recorded.unwrap_or_else(|| connection_error(e)));
+                let error = recorded.unwrap_or_else(|| connection_error(e));
+                // No address at info level and above: only the identity that was dialled.
+                tracing::info!(%peer, %error, "quic dial failed");
+                return Err(error);
             }
         };
+        tracing::debug!(%peer, "quic link up (dialled)");
         let (send, recv) = conn.open_bi().await.map_err(connection_error)?;
         let link = QuicLink::new(conn, peer, send, recv);
         // The stream exists for the peer once it carries a byte: announce it.

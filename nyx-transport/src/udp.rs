@@ -395,7 +395,10 @@ impl UdpEngine {
                 reply.extend_from_slice(&welcome);
                 self.out.push_back((from, reply));
             }
-            Err(_) => self.stats.handshakes_failed += 1,
+            Err(error) => {
+                self.stats.handshakes_failed += 1;
+                tracing::debug!(%error, "udp HELLO refused");
+            }
         }
     }
 
@@ -472,6 +475,7 @@ impl UdpEngine {
         if !link.confirmed {
             link.confirmed = true;
             self.stats.handshakes_ok += 1;
+            tracing::debug!(%peer, "udp link up (accepted)");
             self.events
                 .push_back(UdpEvent::Connected { peer, addr: from });
         }

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use nyx_crypto::identity::IdentityKey;
@@ -103,4 +104,39 @@ async fn an_impostor_is_refused_with_both_identities() {
     );
     a.close();
     mallory.close();
+}
+
+#[tokio::test]
+async fn garbage_datagrams_do_not_disturb_a_live_link() {
+    let (_, a) = node(1, "127.0.0.2");
+    let (b_id, b) = node(2, "127.0.0.3");
+    let b_addr = b.local_addr().unwrap();
+    let (ab, ba) = tokio::join!(a.connect(b_id.node_id(), b_addr), async {
+        b.accept().await.unwrap()
+    });
+    let (ab, ba) = (ab.unwrap(), ba.unwrap());
+    // Random bytes of many lengths, and truncated/altered copies of a handshake-like packet,
+    // from a stranger's socket at B's port.
+    let stranger = tokio::net::UdpSocket::bind("127.0.0.9:0").await.unwrap();
+    let mut x = 0x9e37_79b9u32;
+    for len in (1..1500).step_by(7) {
+        let junk: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect();
+        stranger.send_to(&junk, b_addr).await.unwrap();
+        let mut long_header = junk.clone();
+        long_header[0] = 0xc0 | (long_header[0] & 0x0f); // looks like a QUIC Initial
+        stranger.send_to(&long_header, b_addr).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ab.send_cell(Bytes::from_static(b"still up")).unwrap();
+    assert_eq!(&ba.recv_cell().await.unwrap()[..], b"still up");
+    ba.send_control(b"and back").await.unwrap();
+    assert_eq!(ab.recv_control().await.unwrap(), b"and back");
+    assert!(!ab.is_closed() && !ba.is_closed());
 }
