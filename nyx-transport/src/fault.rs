@@ -9,6 +9,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nyx_core::Timestamp;
@@ -315,5 +316,124 @@ mod tests {
         assert_eq!(shim.pop_due(Timestamp::from_millis(29)), None);
         assert_eq!(shim.next_due(), Some(Timestamp::from_millis(30)));
         assert_eq!(shim.pop_due(Timestamp::from_millis(30)), Some(7));
+    }
+}
+
+/// The shim for quinn: a socket that drops, duplicates and reorders (by swapping with the
+/// next datagram sent) what quinn transmits, with a seeded RNG. Used by tests through
+/// [`crate::quic::QuicEndpoint::bind_with_faults`]; quinn's own loss recovery and the link
+/// above must cope.
+#[derive(Debug)]
+pub struct FaultyQuicSocket {
+    inner: Arc<dyn quinn::AsyncUdpSocket>,
+    config: FaultConfig,
+    state: std::sync::Mutex<QuicFaultState>,
+}
+
+#[derive(Debug)]
+struct QuicFaultState {
+    rng: u64,
+    held: Option<(SocketAddr, Vec<u8>)>,
+    stats: FaultStats,
+}
+
+impl FaultyQuicSocket {
+    /// Wrap quinn's socket `inner`.
+    pub fn new(inner: Arc<dyn quinn::AsyncUdpSocket>, config: FaultConfig) -> Self {
+        FaultyQuicSocket {
+            inner,
+            state: std::sync::Mutex::new(QuicFaultState {
+                rng: config.seed,
+                held: None,
+                stats: FaultStats::default(),
+            }),
+            config,
+        }
+    }
+
+    /// What the shim did so far.
+    pub fn stats(&self) -> FaultStats {
+        self.state.lock().map(|s| s.stats).unwrap_or_default()
+    }
+
+    fn send_one(&self, to: SocketAddr, contents: &[u8]) -> io::Result<()> {
+        self.inner.try_send(&quinn::udp::Transmit {
+            destination: to,
+            ecn: None,
+            contents,
+            segment_size: None,
+            src_ip: None,
+        })
+    }
+}
+
+impl quinn::AsyncUdpSocket for FaultyQuicSocket {
+    fn create_io_poller(self: Arc<Self>) -> std::pin::Pin<Box<dyn quinn::UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &quinn::udp::Transmit<'_>) -> io::Result<()> {
+        let Ok(mut state) = self.state.lock() else {
+            return self.inner.try_send(transmit);
+        };
+        state.stats.seen += 1;
+        let mut unit = || {
+            state.rng = state.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state.rng;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (lose, dup, hold) = (unit(), unit(), unit());
+        if lose < self.config.loss {
+            state.stats.dropped += 1;
+            return Ok(()); // as if the network lost it
+        }
+        if hold < self.config.reorder && state.held.is_none() {
+            state.stats.reordered += 1;
+            state.held = Some((transmit.destination, transmit.contents.to_vec()));
+            return Ok(());
+        }
+        let held = state.held.take();
+        let duplicate = dup < self.config.duplicate;
+        if duplicate {
+            state.stats.duplicated += 1;
+        }
+        drop(state);
+        self.send_one(transmit.destination, transmit.contents)?;
+        if duplicate {
+            let _ = self.send_one(transmit.destination, transmit.contents);
+        }
+        // The held datagram goes after this one: the two arrive swapped.
+        if let Some((to, contents)) = held {
+            let _ = self.send_one(to, &contents);
+        }
+        Ok(())
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> std::task::Poll<io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// One datagram per transmit, so faults apply per datagram.
+    fn max_transmit_segments(&self) -> usize {
+        1
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
     }
 }

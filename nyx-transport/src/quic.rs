@@ -91,6 +91,41 @@ impl QuicEndpoint {
         })
     }
 
+    /// [`bind`](Self::bind) with the fault shim on everything this endpoint sends (tests);
+    /// returns the shim too, for its counters.
+    pub fn bind_with_faults(
+        addr: SocketAddr,
+        identity: Arc<IdentityKey>,
+        config: QuicConfig,
+        faults: crate::fault::FaultConfig,
+    ) -> Result<(Self, Arc<crate::fault::FaultyQuicSocket>), Error> {
+        let tls = Arc::new(server_config(&identity)?);
+        let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::TlsConfig {
+            reason: e.to_string(),
+        })?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(Arc::new(transport(&config)?));
+        let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
+        let socket = std::net::UdpSocket::bind(addr).map_err(io)?;
+        let inner = runtime.wrap_udp_socket(socket).map_err(io)?;
+        let shim = Arc::new(crate::fault::FaultyQuicSocket::new(inner, faults));
+        let endpoint = quinn::Endpoint::new_with_abstract_socket(
+            quinn::EndpointConfig::default(),
+            Some(server),
+            shim.clone(),
+            runtime,
+        )
+        .map_err(io)?;
+        Ok((
+            QuicEndpoint {
+                endpoint,
+                identity,
+                config,
+            },
+            shim,
+        ))
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddr, Error> {
         self.endpoint.local_addr().map_err(io)

@@ -140,3 +140,69 @@ async fn garbage_datagrams_do_not_disturb_a_live_link() {
     assert_eq!(ab.recv_control().await.unwrap(), b"and back");
     assert!(!ab.is_closed() && !ba.is_closed());
 }
+
+#[tokio::test]
+async fn ten_percent_loss_with_reordering_and_duplication_does_not_break_the_link() {
+    use nyx_transport::fault::FaultConfig;
+    let faults = |seed| FaultConfig {
+        loss: 0.10,
+        reorder: 0.10,
+        duplicate: 0.02,
+        seed,
+        ..FaultConfig::default()
+    };
+    let a_id = Arc::new(IdentityKey::from_seed(&[1; 32]));
+    let b_id = Arc::new(IdentityKey::from_seed(&[2; 32]));
+    let (a, a_shim) = QuicEndpoint::bind_with_faults(
+        "127.0.0.2:0".parse().unwrap(),
+        a_id,
+        QuicConfig::default(),
+        faults(3),
+    )
+    .unwrap();
+    let (b, b_shim) = QuicEndpoint::bind_with_faults(
+        "127.0.0.3:0".parse().unwrap(),
+        b_id.clone(),
+        QuicConfig::default(),
+        faults(4),
+    )
+    .unwrap();
+    let b_addr = b.local_addr().unwrap();
+    let (ab, ba) = tokio::join!(a.connect(b_id.node_id(), b_addr), async {
+        b.accept().await.unwrap()
+    });
+    let (ab, ba) = (ab.unwrap(), ba.unwrap());
+    // Control messages are reliable and ordered despite the faults.
+    for i in 0..100u32 {
+        ab.send_control(&i.to_be_bytes()).await.unwrap();
+    }
+    for i in 0..100u32 {
+        assert_eq!(ba.recv_control().await.unwrap(), i.to_be_bytes());
+    }
+    // Cells are datagrams: about 10% are lost, none corrupted, the link stays up.
+    for i in 0..1000u32 {
+        let mut cell = vec![0u8; 1152];
+        cell[..4].copy_from_slice(&i.to_be_bytes());
+        ab.send_cell(Bytes::from(cell)).unwrap();
+        if i % 50 == 49 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let mut got = Vec::new();
+    while let Ok(Ok(cell)) = tokio::time::timeout(Duration::from_millis(300), ba.recv_cell()).await
+    {
+        assert_eq!(cell.len(), 1152);
+        got.push(u32::from_be_bytes(cell[..4].try_into().unwrap()));
+    }
+    assert!(
+        got.len() > 800 && got.len() < 1000,
+        "{} of 1000 arrived",
+        got.len()
+    );
+    assert!(!ab.is_closed() && !ba.is_closed());
+    let (sa, sb) = (a_shim.stats(), b_shim.stats());
+    assert!(
+        sa.dropped > 50 && sa.reordered > 50 && sb.dropped > 0,
+        "{sa:?} {sb:?}"
+    );
+}
