@@ -1,10 +1,12 @@
 //! # nyx-transport: QUIC and UDP links between NyxNet nodes
 //!
-//! What it is for (issue 5, in progress): links between nodes with authenticated peers,
+//! What it is for: links between nodes with authenticated peers,
 //! post-quantum key exchange, one pooled connection per peer and batched datagram I/O.
 //!
 //! Built so far:
 //!
+//! * [`link`]: the one interface the overlay uses over both transports: [`link::CellLink`]
+//!   to send a cell to a verified peer, [`link::Inbound`] cells from one channel.
 //! * [`pq_kx`]: the hybrid X25519MLKEM768 TLS key-exchange group in pure Rust for rustls'
 //!   ring provider, interoperating with aws-lc-rs (`tests/pq_interop.rs`), and
 //!   [`crypto_provider`], the provider NyxNet's QUIC links use: ring's primitives with only
@@ -25,7 +27,6 @@
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
 //!   tests of this crate and the overlay put between real sockets.
 //!
-//! To come: one link abstraction over both transports, benchmarks (see docs/architecture.md).
 //!
 //! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-daemon).
 
@@ -34,6 +35,7 @@
 mod error;
 pub mod fault;
 pub mod identity_tls;
+pub mod link;
 pub mod pool;
 pub mod pq_kx;
 pub mod quic;
