@@ -122,6 +122,8 @@ pub struct UdpStats {
     pub dropped_malformed: u64,
     /// DATA that failed authentication or was replayed.
     pub dropped_auth: u64,
+    /// Cells the node asked to send to an address without a link.
+    pub dropped_no_link: u64,
 }
 
 struct Link {

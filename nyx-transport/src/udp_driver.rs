@@ -22,6 +22,10 @@ use crate::udp::{UdpConfig, UdpEngine, UdpEvent};
 
 /// Datagrams received per system call at most.
 const RECV_BATCH: usize = 32;
+/// Commands taken from the queue per wake-up at most (one GSO batch is up to 64 segments).
+const COMMAND_BATCH: usize = 63;
+/// Largest GSO batch in bytes (a UDP send carries at most 65 507 bytes of payload).
+const MAX_GSO_BYTES: usize = 65_000;
 /// Socket buffer size asked of the kernel.
 const SOCKET_BUFFER: usize = 4 << 20;
 /// Room per receive buffer: 64 KiB holds a GRO batch.
@@ -109,11 +113,12 @@ impl UdpTransport {
                 command = commands.recv() => {
                     let Some(command) = command else { return Ok(()) };
                     let now = self.now();
-                    match command {
-                        UdpCommand::Connect { peer, key, addr } => self.engine.connect(peer, *key, addr, now)?,
-                        // A cell for a peer without a link is dropped (counted by the caller's
-                        // queue); cells are unreliable by design.
-                        UdpCommand::Cell { addr, cell } => { let _ = self.engine.send_cell(addr, &cell, now); }
+                    self.execute(command, now)?;
+                    // Take what else is queued, so equal-size cells to one peer leave in one
+                    // GSO batch instead of a system call each.
+                    for _ in 0..COMMAND_BATCH {
+                        let Ok(command) = commands.try_recv() else { break };
+                        self.execute(command, now)?;
                     }
                 }
                 ready = self.io.readable() => {
@@ -130,6 +135,18 @@ impl UdpTransport {
                 if events.send(event).await.is_err() {
                     return Ok(());
                 }
+            }
+        }
+    }
+
+    fn execute(&mut self, command: UdpCommand, now: Timestamp) -> Result<(), Error> {
+        match command {
+            UdpCommand::Connect { peer, key, addr } => self.engine.connect(peer, *key, addr, now),
+            // A cell for a peer without a link is dropped (counted in the engine's stats);
+            // cells are unreliable by design.
+            UdpCommand::Cell { addr, cell } => {
+                let _ = self.engine.send_cell(addr, &cell, now);
+                Ok(())
             }
         }
     }
@@ -159,10 +176,12 @@ impl UdpTransport {
         let max_segments = self.state.max_gso_segments().max(1);
         let mut pending: Option<(SocketAddr, usize, Vec<u8>, usize)> = None;
         while let Some((addr, datagram)) = self.engine.poll_transmit() {
+            // A GSO batch is one UDP send: its total must stay within 64 KiB too.
             if let Some((to, size, buf, count)) = &mut pending
                 && *to == addr
                 && *size == datagram.len()
                 && *count < max_segments
+                && buf.len() + datagram.len() <= MAX_GSO_BYTES
             {
                 buf.extend_from_slice(&datagram);
                 *count += 1;
