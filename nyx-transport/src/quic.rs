@@ -132,6 +132,7 @@ impl QuicEndpoint {
     }
 
     /// Dial `peer` at `addr`; refused with [`Error::WrongPeer`] if another node answers.
+    #[tracing::instrument(name = "quic_dial", skip_all, fields(%peer))]
     pub async fn connect(&self, peer: NodeId, addr: SocketAddr) -> Result<QuicLink, Error> {
         let refusal = Refusal::default();
         let tls = Arc::new(client_config_reporting(
@@ -171,6 +172,7 @@ impl QuicEndpoint {
 
     /// The next incoming link (its dialler's identity verified), or `None` once the endpoint
     /// is closed.
+    #[tracing::instrument(name = "quic_accept", skip_all)]
     pub async fn accept(&self) -> Option<Result<QuicLink, Error>> {
         let incoming = self.endpoint.accept().await?;
         Some(

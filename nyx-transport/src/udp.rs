@@ -126,9 +126,30 @@ pub struct UdpStats {
     pub dropped_no_link: u64,
 }
 
+/// Counters of one UDP link (plain data for metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Cells sent.
+    pub cells_out: u64,
+    /// Cells received.
+    pub cells_in: u64,
+    /// Cell bytes sent.
+    pub bytes_out: u64,
+    /// Cell bytes received.
+    pub bytes_in: u64,
+    /// DATA from this peer's address that failed authentication or was replayed.
+    pub dropped_auth: u64,
+    /// Round trip measured by the handshake (HELLO to WELCOME for the initiator, WELCOME to
+    /// the first DATA for the responder).
+    pub rtt: Option<Duration>,
+}
+
 struct Link {
     peer: NodeId,
     session: Session,
+    stats: LinkStats,
+    /// When this side sent its last handshake message, for the RTT.
+    handshake_sent: Timestamp,
     /// Responder side: up only once the initiator's first DATA authenticated.
     confirmed: bool,
     /// A newer session from a HELLO that arrived while this link was up: it replaces the
@@ -144,6 +165,7 @@ struct Dial {
     cookie: [u8; COOKIE_LEN],
     attempts: u32,
     next_resend: Timestamp,
+    last_sent: Timestamp,
 }
 
 /// The UDP transport's protocol state for one node: feed it datagrams and time, take
@@ -222,6 +244,7 @@ impl UdpEngine {
             cookie: [0; COOKIE_LEN],
             attempts: 0,
             next_resend: now,
+            last_sent: now,
         };
         self.dials.insert(addr, dial);
         self.send_hello(addr, now);
@@ -251,6 +274,8 @@ impl UdpEngine {
         self.out.push_back((addr, buf));
         if !cell.is_empty() {
             self.stats.cells_out += 1;
+            link.stats.cells_out += 1;
+            link.stats.bytes_out += cell.len() as u64;
         }
         Ok(())
     }
@@ -326,6 +351,15 @@ impl UdpEngine {
         self.stats
     }
 
+    /// Every link with its peer and counters.
+    pub fn links(&self) -> Vec<(SocketAddr, NodeId, LinkStats)> {
+        self.links
+            .iter()
+            .filter(|(_, l)| l.confirmed)
+            .map(|(a, l)| (*a, l.peer, l.stats))
+            .collect()
+    }
+
     fn send_hello(&mut self, addr: SocketAddr, now: Timestamp) {
         let timeout = self.config.handshake_timeout;
         let Some(dial) = self.dials.get_mut(&addr) else {
@@ -337,6 +371,7 @@ impl UdpEngine {
         msg.extend_from_slice(&dial.hello[..]);
         dial.attempts += 1;
         dial.next_resend = now.saturating_add(timeout);
+        dial.last_sent = now;
         self.out.push_back((addr, msg));
     }
 
@@ -386,6 +421,8 @@ impl UdpEngine {
                             Link {
                                 peer: initiator.node_id(),
                                 session,
+                                stats: LinkStats::default(),
+                                handshake_sent: now,
                                 confirmed: false,
                                 pending: None,
                             },
@@ -418,14 +455,20 @@ impl UdpEngine {
             self.stats.dropped_malformed += 1;
             return;
         };
-        let peer = dial.peer;
+        let (peer, hello_sent) = (dial.peer, dial.last_sent);
         match dial.sent.finish(welcome, self.config.rekey, now) {
             Ok(session) => {
+                let stats = LinkStats {
+                    rtt: Some(now.saturating_duration_since(hello_sent)),
+                    ..LinkStats::default()
+                };
                 self.links.insert(
                     from,
                     Link {
                         peer,
                         session,
+                        stats,
+                        handshake_sent: now,
                         confirmed: true,
                         pending: None,
                     },
@@ -465,6 +508,7 @@ impl UdpEngine {
                     .and_then(|(_, session)| session.open(now, &mut copy).ok());
                 let (Some(range), Some((peer, session))) = (opened, link.pending.take()) else {
                     self.stats.dropped_auth += 1;
+                    link.stats.dropped_auth += 1;
                     return;
                 };
                 link.peer = peer;
@@ -476,6 +520,7 @@ impl UdpEngine {
         let peer = link.peer;
         if !link.confirmed {
             link.confirmed = true;
+            link.stats.rtt = Some(now.saturating_duration_since(link.handshake_sent));
             self.stats.handshakes_ok += 1;
             tracing::debug!(%peer, "udp link up (accepted)");
             self.events
@@ -483,6 +528,8 @@ impl UdpEngine {
         }
         if !range.is_empty() {
             self.stats.cells_in += 1;
+            link.stats.cells_in += 1;
+            link.stats.bytes_in += range.len() as u64;
             self.events.push_back(UdpEvent::Cell {
                 peer,
                 data: buf[range].to_vec(),

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::udp::{UdpConfig, UdpEngine, UdpEvent};
+use crate::udp::{LinkStats, UdpConfig, UdpEngine, UdpEvent, UdpStats};
 
 /// Datagrams received per system call at most.
 const RECV_BATCH: usize = 32;
@@ -50,6 +50,17 @@ pub enum UdpCommand {
         /// The cell.
         cell: Bytes,
     },
+    /// Report the transport's and every link's counters.
+    Stats(tokio::sync::oneshot::Sender<UdpSnapshot>),
+}
+
+/// The UDP transport's counters at one moment: transport-wide and per link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpSnapshot {
+    /// Transport-wide counters.
+    pub transport: UdpStats,
+    /// Each link: its address, peer and counters.
+    pub links: Vec<(SocketAddr, NodeId, LinkStats)>,
 }
 
 /// A UDP socket and its protocol engine.
@@ -97,6 +108,7 @@ impl UdpTransport {
     }
 
     /// Run until `commands` closes: execute commands, move datagrams, report events.
+    #[tracing::instrument(name = "udp_transport", skip_all)]
     pub async fn run(
         mut self,
         mut commands: mpsc::Receiver<UdpCommand>,
@@ -146,6 +158,14 @@ impl UdpTransport {
             // cells are unreliable by design.
             UdpCommand::Cell { addr, cell } => {
                 let _ = self.engine.send_cell(addr, &cell, now);
+                Ok(())
+            }
+            UdpCommand::Stats(reply) => {
+                // The asker may have gone; nothing to do then.
+                let _ = reply.send(UdpSnapshot {
+                    transport: self.engine.stats(),
+                    links: self.engine.links(),
+                });
                 Ok(())
             }
         }

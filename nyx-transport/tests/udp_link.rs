@@ -116,6 +116,24 @@ async fn handshake_and_cells_between_real_sockets() {
     at_a.sort_unstable();
     assert_eq!(at_b, (0..200).collect::<Vec<_>>());
     assert_eq!(at_a, (0..200).collect::<Vec<_>>());
+
+    // Per-link counters, as the daemon's metrics read them.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    a.commands.send(UdpCommand::Stats(tx)).await.unwrap();
+    let snapshot = rx.await.unwrap();
+    assert_eq!(snapshot.transport.cells_out, 200);
+    let [(addr, peer, link)] = snapshot.links[..] else {
+        panic!("{snapshot:?}")
+    };
+    assert_eq!((addr, peer), (b.addr, b.node));
+    assert_eq!(
+        (link.cells_out, link.cells_in, link.bytes_out),
+        (200, 200, 200 * 1152)
+    );
+    assert!(
+        link.rtt.is_some_and(|rtt| rtt < Duration::from_secs(1)),
+        "{link:?}"
+    );
 }
 
 #[tokio::test]
