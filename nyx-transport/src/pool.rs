@@ -111,14 +111,23 @@ impl LinkPool {
             let now = Instant::now();
             match &result {
                 Ok(link) => {
+                    // The peer may have dialled us meanwhile: both sides keep the same one.
+                    let kept = match state.entries.get(&peer) {
+                        Some(Entry::Ready { link: accepted, .. }) if !accepted.is_closed() => {
+                            self.settle_duplicate(accepted.clone(), link.clone())
+                        }
+                        _ => link.clone(),
+                    };
                     state.entries.insert(
                         peer,
                         Entry::Ready {
-                            link: link.clone(),
+                            link: kept.clone(),
                             last_used: now,
                         },
                     );
                     self.evict_over_cap(&mut state, peer);
+                    let _ = tx.send(Some(Ok(kept.clone())));
+                    return Ok(kept);
                 }
                 Err(_) => {
                     state.stats.failed += 1;
@@ -139,22 +148,18 @@ impl LinkPool {
         result
     }
 
-    /// Add a link a peer dialled to us, so sends to that peer reuse it. A live link already
-    /// held for the peer is kept and the new one closed (one link per peer).
+    /// Add a link a peer dialled to us, so sends to that peer reuse it. If both nodes dialled
+    /// each other at once, both keep the link dialled by the node with the smaller `NodeId`
+    /// and close the other (one link per peer, the same one on both sides).
     pub fn insert_accepted(&self, link: QuicLink) -> Arc<QuicLink> {
         let mut state = self.lock();
         let peer = link.peer();
-        if let Some(Entry::Ready {
-            link: existing,
-            last_used,
-        }) = state.entries.get_mut(&peer)
+        let mut link = Arc::new(link);
+        if let Some(Entry::Ready { link: existing, .. }) = state.entries.get(&peer)
             && !existing.is_closed()
         {
-            *last_used = Instant::now();
-            link.close("duplicate link");
-            return existing.clone();
+            link = self.settle_duplicate(existing.clone(), link);
         }
-        let link = Arc::new(link);
         state.entries.insert(
             peer,
             Entry::Ready {
@@ -216,6 +221,20 @@ impl LinkPool {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Of two live links to one peer, the one dialled by the smaller `NodeId` (both nodes
+    /// decide the same way); the other is closed. Equal dialler: the existing one stays.
+    fn settle_duplicate(&self, existing: Arc<QuicLink>, new: Arc<QuicLink>) -> Arc<QuicLink> {
+        let local = self.endpoint.node_id();
+        let dialler = |l: &QuicLink| if l.dialled_by_us() { local } else { l.peer() };
+        let (keep, close) = if dialler(&new) < dialler(&existing) {
+            (new, existing)
+        } else {
+            (existing, new)
+        };
+        close.close("duplicate link");
+        keep
     }
 
     /// Close the least recently used ready links beyond the cap (never `keep`).

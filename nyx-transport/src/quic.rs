@@ -126,6 +126,11 @@ impl QuicEndpoint {
         ))
     }
 
+    /// This node's identity.
+    pub fn node_id(&self) -> NodeId {
+        self.identity.node_id()
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddr, Error> {
         self.endpoint.local_addr().map_err(io)
@@ -171,31 +176,22 @@ impl QuicEndpoint {
     }
 
     /// The next incoming link (its dialler's identity verified), or `None` once the endpoint
-    /// is closed.
+    /// is closed. This waits for the handshake: a server should use
+    /// [`accept_incoming`](Self::accept_incoming) and complete handshakes concurrently, so a
+    /// slow or silent dialler cannot hold up the others.
     #[tracing::instrument(name = "quic_accept", skip_all)]
     pub async fn accept(&self) -> Option<Result<QuicLink, Error>> {
-        let incoming = self.endpoint.accept().await?;
-        Some(
-            async {
-                let conn = incoming.await.map_err(connection_error)?;
-                let peer = conn
-                    .peer_identity()
-                    .and_then(|any| {
-                        any.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
-                            .ok()
-                    })
-                    .and_then(|certs| certs.first().map(peer_node_id))
-                    .ok_or_else(|| Error::BadCertificate {
-                        reason: "no certificate".to_string(),
-                    })??;
-                let (send, recv) = conn.accept_bi().await.map_err(connection_error)?;
-                let link = QuicLink::new(conn, peer, send, recv);
-                // The dialler's announcement (an empty control message).
-                link.recv_control().await?;
-                Ok(link)
-            }
-            .await,
-        )
+        let incoming = self.accept_incoming().await?;
+        Some(incoming.complete().await)
+    }
+
+    /// The next incoming connection attempt, before its handshake; `None` once the endpoint
+    /// is closed.
+    pub async fn accept_incoming(&self) -> Option<IncomingLink> {
+        self.endpoint
+            .accept()
+            .await
+            .map(|incoming| IncomingLink { incoming })
     }
 
     /// Close every link and stop accepting.
@@ -209,6 +205,36 @@ impl QuicEndpoint {
     }
 }
 
+/// A connection attempt whose handshake has not finished yet.
+#[derive(Debug)]
+pub struct IncomingLink {
+    incoming: quinn::Incoming,
+}
+
+impl IncomingLink {
+    /// Finish the handshake: the link, with its dialler's identity verified.
+    pub async fn complete(self) -> Result<QuicLink, Error> {
+        let conn = self.incoming.await.map_err(connection_error)?;
+        let peer = conn
+            .peer_identity()
+            .and_then(|any| {
+                any.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                    .ok()
+            })
+            .and_then(|certs| certs.first().map(peer_node_id))
+            .ok_or_else(|| Error::BadCertificate {
+                reason: "no certificate".to_string(),
+            })??;
+        let (send, recv) = conn.accept_bi().await.map_err(connection_error)?;
+        let mut link = QuicLink::new(conn, peer, send, recv);
+        link.dialled_by_us = false;
+        // The dialler's announcement (an empty control message).
+        link.recv_control().await?;
+        tracing::debug!(%peer, "quic link up (accepted)");
+        Ok(link)
+    }
+}
+
 /// One authenticated QUIC link to a peer node.
 #[derive(Debug)]
 pub struct QuicLink {
@@ -217,6 +243,7 @@ pub struct QuicLink {
     control_send: Mutex<quinn::SendStream>,
     control_recv: Mutex<quinn::RecvStream>,
     counters: Arc<LinkCounters>,
+    dialled_by_us: bool,
 }
 
 impl QuicLink {
@@ -232,12 +259,18 @@ impl QuicLink {
             control_send: Mutex::new(send),
             control_recv: Mutex::new(recv),
             counters: Arc::new(LinkCounters::default()),
+            dialled_by_us: true,
         }
     }
 
     /// The peer's verified identity.
     pub fn peer(&self) -> NodeId {
         self.peer
+    }
+
+    /// Whether this node dialled the link (false: the peer did).
+    pub fn dialled_by_us(&self) -> bool {
+        self.dialled_by_us
     }
 
     /// The link's counters.

@@ -160,3 +160,42 @@ async fn a_restarted_peer_is_redialled_and_an_absent_one_backs_off() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn nodes_dialling_each_other_at_once_keep_the_same_single_link() {
+    let (a_id, a_ep) = endpoint(1, "127.0.0.2:0");
+    let (b_id, b_ep) = endpoint(2, "127.0.0.3:0");
+    let (a_addr, b_addr) = (a_ep.local_addr().unwrap(), b_ep.local_addr().unwrap());
+    let pool_a = Arc::new(LinkPool::new(a_ep.clone(), PoolConfig::default()));
+    let pool_b = Arc::new(LinkPool::new(b_ep.clone(), PoolConfig::default()));
+    // Each node puts the links it accepts into its pool.
+    for (ep, pool) in [
+        (a_ep.clone(), pool_a.clone()),
+        (b_ep.clone(), pool_b.clone()),
+    ] {
+        tokio::spawn(async move {
+            while let Some(incoming) = ep.accept_incoming().await {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    if let Ok(link) = incoming.complete().await {
+                        pool.insert_accepted(link);
+                    }
+                });
+            }
+        });
+    }
+    let (ab, ba) = tokio::join!(pool_a.get(b_id, b_addr), pool_b.get(a_id, a_addr));
+    ab.unwrap();
+    ba.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ab = pool_a.get(b_id, b_addr).await.unwrap();
+    let ba = pool_b.get(a_id, a_addr).await.unwrap();
+    assert!(!ab.is_closed() && !ba.is_closed());
+    // The surviving link is the one the smaller NodeId dialled, on both sides.
+    let a_smaller = a_id < b_id;
+    assert_eq!(ab.dialled_by_us(), a_smaller);
+    assert_eq!(ba.dialled_by_us(), !a_smaller);
+    ab.send_cell(bytes::Bytes::from_static(b"same link"))
+        .unwrap();
+    assert_eq!(&ba.recv_cell().await.unwrap()[..], b"same link");
+}
