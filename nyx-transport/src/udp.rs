@@ -45,6 +45,7 @@ const T_WELCOME: u8 = 0x03;
 const T_DATA: u8 = 0x04;
 const COOKIE_LEN: usize = 16;
 const COOKIE_ROTATION: Duration = Duration::from_secs(120);
+const MAX_COOKIE_RESENDS: u32 = 2;
 
 /// Settings of the UDP transport.
 #[derive(Debug, Clone)]
@@ -166,6 +167,9 @@ struct Dial {
     attempts: u32,
     next_resend: Timestamp,
     last_sent: Timestamp,
+    /// HELLOs resent because of a COOKIE (bounded: a forged COOKIE stream must not turn this
+    /// node into a HELLO amplifier).
+    cookie_resends: u32,
 }
 
 /// The UDP transport's protocol state for one node: feed it datagrams and time, take
@@ -245,6 +249,7 @@ impl UdpEngine {
             attempts: 0,
             next_resend: now,
             last_sent: now,
+            cookie_resends: 0,
         };
         self.dials.insert(addr, dial);
         self.send_hello(addr, now);
@@ -446,7 +451,13 @@ impl UdpEngine {
             self.stats.dropped_malformed += 1;
             return;
         };
+        // One resend per COOKIE, at most twice per dial; further COOKIEs only update the
+        // cookie the timer's next resend carries.
         dial.cookie.copy_from_slice(cookie);
+        if dial.cookie_resends >= MAX_COOKIE_RESENDS {
+            return;
+        }
+        dial.cookie_resends += 1;
         self.send_hello(from, now);
     }
 

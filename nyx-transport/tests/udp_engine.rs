@@ -420,3 +420,30 @@ fn a_replayed_hello_cannot_tear_down_a_live_link_but_a_restarted_peer_reconnects
         }]
     );
 }
+
+#[test]
+fn forged_cookies_cannot_turn_a_dialler_into_an_amplifier() {
+    let mut a = node(1, A, UdpConfig::default());
+    let b = node(2, B, UdpConfig::default());
+    a.engine
+        .connect(
+            b.id.node_id(),
+            b.key.public().clone(),
+            b.addr,
+            Timestamp::ZERO,
+        )
+        .unwrap();
+    while a.engine.poll_transmit().is_some() {}
+    // A thousand COOKIEs "from B" (spoofed): at most two HELLOs answer them.
+    let mut cookie = vec![0x02u8];
+    cookie.extend_from_slice(&[7u8; 16]);
+    for i in 0..1000 {
+        a.engine
+            .handle_datagram(b.addr, &cookie, Timestamp::from_millis(i % 10));
+    }
+    let mut hellos = 0;
+    while a.engine.poll_transmit().is_some() {
+        hellos += 1;
+    }
+    assert_eq!(hellos, 2);
+}
