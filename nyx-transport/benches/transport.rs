@@ -35,7 +35,10 @@ fn identity(seed: u8) -> Arc<IdentityKey> {
 
 fn engine(seed: u8) -> UdpEngine {
     UdpEngine::new(
-        UdpConfig::default(),
+        UdpConfig {
+            max_cell_len: 8192,
+            ..UdpConfig::default()
+        },
         identity(seed),
         vec![LinkKey::new(HybridSecretKey::from_seed(&[seed; 96]))],
         Timestamp::ZERO,

@@ -38,6 +38,8 @@ use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
 use crate::Error;
+use bytes::Bytes;
+use nyx_core::buf::{BufferPool, PoolConfig as BufPoolConfig, PooledBuf};
 
 const T_HELLO: u8 = 0x01;
 const T_COOKIE: u8 = 0x02;
@@ -63,6 +65,11 @@ pub struct UdpConfig {
     pub rekey: RekeyPolicy,
     /// Most peers with sessions or dials. Default 4096.
     pub max_peers: usize,
+    /// Longest cell carried. Default 1400 bytes (a 1152-byte onion cell plus link framing,
+    /// with room). Datagram buffers come from a pool sized for it.
+    pub max_cell_len: usize,
+    /// Memory cap of the datagram buffer pool. Default 64 MiB.
+    pub pool_bytes: usize,
 }
 
 impl Default for UdpConfig {
@@ -74,6 +81,8 @@ impl Default for UdpConfig {
             handshake_attempts: 5,
             rekey: RekeyPolicy::default(),
             max_peers: 4096,
+            max_cell_len: 1400,
+            pool_bytes: 64 << 20,
         }
     }
 }
@@ -92,8 +101,8 @@ pub enum UdpEvent {
     Cell {
         /// From whom.
         peer: NodeId,
-        /// The cell.
-        data: Vec<u8>,
+        /// The cell: a slice of the pooled buffer it was decrypted in (no further copy).
+        data: Bytes,
     },
     /// A dial failed.
     Failed {
@@ -125,6 +134,8 @@ pub struct UdpStats {
     pub dropped_auth: u64,
     /// Cells the node asked to send to an address without a link.
     pub dropped_no_link: u64,
+    /// Datagrams dropped because the buffer pool was exhausted (backpressure).
+    pub dropped_no_buffer: u64,
 }
 
 /// Counters of one UDP link (plain data for metrics).
@@ -186,7 +197,8 @@ pub struct UdpEngine {
     hello_second: (u64, u32),
     links: HashMap<SocketAddr, Link>,
     dials: HashMap<SocketAddr, Dial>,
-    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    pool: BufferPool,
+    out: VecDeque<(SocketAddr, PooledBuf)>,
     events: VecDeque<UdpEvent>,
     stats: UdpStats,
 }
@@ -207,6 +219,14 @@ impl UdpEngine {
         let limiter = KeyedLimiter::new(quota, config.max_peers).map_err(|e| Error::TlsConfig {
             reason: e.to_string(),
         })?;
+        let buffer = (1 + OVERHEAD + config.max_cell_len).max(1 + COOKIE_LEN + HELLO_LEN);
+        let pool = BufferPool::new(BufPoolConfig {
+            max_bytes: config.pool_bytes,
+            ..BufPoolConfig::new(buffer)
+        })
+        .map_err(|e| Error::TlsConfig {
+            reason: e.to_string(),
+        })?;
         let mut engine = UdpEngine {
             config,
             identity,
@@ -219,6 +239,7 @@ impl UdpEngine {
             hello_second: (0, 0),
             links: HashMap::new(),
             dials: HashMap::new(),
+            pool,
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: UdpStats::default(),
@@ -256,22 +277,38 @@ impl UdpEngine {
         Ok(())
     }
 
-    /// Seal and queue one cell to the peer at `addr`.
+    /// Seal and queue one cell to the peer at `addr`: one copy of the cell, into the pooled
+    /// datagram buffer it is sealed in (the kernel takes a contiguous datagram).
     pub fn send_cell(
         &mut self,
         addr: SocketAddr,
         cell: &[u8],
         now: Timestamp,
     ) -> Result<(), Error> {
-        let link = self.links.get_mut(&addr).ok_or_else(|| Error::Link {
-            reason: format!("no link to {addr}"),
-        })?;
-        let mut buf = vec![0u8; 1 + OVERHEAD + cell.len()];
-        buf[0] = T_DATA;
-        buf[1 + HEADER_LEN..1 + HEADER_LEN + cell.len()].copy_from_slice(cell);
+        if cell.len() > self.config.max_cell_len {
+            return Err(Error::CellTooLarge {
+                len: cell.len(),
+                max: self.config.max_cell_len,
+            });
+        }
+        let Some(link) = self.links.get_mut(&addr) else {
+            self.stats.dropped_no_link += 1;
+            return Err(Error::Link {
+                reason: "no link to that address".to_string(),
+            });
+        };
+        let Ok(mut buf) = self.pool.acquire() else {
+            self.stats.dropped_no_buffer += 1;
+            return Err(Error::Link {
+                reason: "datagram buffer pool exhausted".to_string(),
+            });
+        };
+        let full = buf.full_mut();
+        full[0] = T_DATA;
+        full[1 + HEADER_LEN..1 + HEADER_LEN + cell.len()].copy_from_slice(cell);
         let n = link
             .session
-            .seal(now, &mut buf[1..], cell.len())
+            .seal(now, &mut full[1..1 + OVERHEAD + cell.len()], cell.len())
             .map_err(|e| Error::Link {
                 reason: e.to_string(),
             })?;
@@ -341,8 +378,8 @@ impl UdpEngine {
         )
     }
 
-    /// The next datagram to send.
-    pub fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+    /// The next datagram to send (a pooled buffer: dropping it returns it to the pool).
+    pub fn poll_transmit(&mut self) -> Option<(SocketAddr, PooledBuf)> {
         self.out.pop_front()
     }
 
@@ -370,14 +407,11 @@ impl UdpEngine {
         let Some(dial) = self.dials.get_mut(&addr) else {
             return;
         };
-        let mut msg = Vec::with_capacity(1 + COOKIE_LEN + HELLO_LEN);
-        msg.push(T_HELLO);
-        msg.extend_from_slice(&dial.cookie);
-        msg.extend_from_slice(&dial.hello[..]);
         dial.attempts += 1;
         dial.next_resend = now.saturating_add(timeout);
         dial.last_sent = now;
-        self.out.push_back((addr, msg));
+        let (cookie, hello) = (dial.cookie, dial.hello.clone());
+        self.queue(addr, &[&[T_HELLO], &cookie, &hello[..]]);
     }
 
     fn on_hello(&mut self, from: SocketAddr, body: &[u8], now: Timestamp) {
@@ -390,10 +424,8 @@ impl UdpEngine {
         self.hello_second.1 = self.hello_second.1.saturating_add(1);
         let loaded = self.hello_second.1 > self.config.cookie_threshold;
         if loaded && !self.cookie_valid(from, cookie) {
-            let mut reply = Vec::with_capacity(1 + COOKIE_LEN);
-            reply.push(T_COOKIE);
-            reply.extend_from_slice(&cookie_for(&self.cookie_key, from));
-            self.out.push_back((from, reply));
+            let cookie = cookie_for(&self.cookie_key, from);
+            self.queue(from, &[&[T_COOKIE], &cookie]);
             self.stats.cookies_sent += 1;
             return;
         }
@@ -434,10 +466,7 @@ impl UdpEngine {
                         );
                     }
                 }
-                let mut reply = Vec::with_capacity(1 + WELCOME_LEN);
-                reply.push(T_WELCOME);
-                reply.extend_from_slice(&welcome);
-                self.out.push_back((from, reply));
+                self.queue(from, &[&[T_WELCOME], &welcome]);
             }
             Err(error) => {
                 self.stats.handshakes_failed += 1;
@@ -506,17 +535,27 @@ impl UdpEngine {
             self.stats.dropped_malformed += 1;
             return;
         };
-        let mut buf = body.to_vec();
+        // One copy, from the socket's reused receive buffer into a pooled buffer the cell
+        // is decrypted in and delivered from.
+        if body.len() > self.pool.buffer_size() {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let Ok(mut buf) = self.pool.acquire() else {
+            self.stats.dropped_no_buffer += 1;
+            return;
+        };
+        buf.truncate(body.len());
+        buf.copy_from_slice(body);
         let range = match link.session.open(now, &mut buf) {
             Ok(range) => range,
             Err(_) => {
                 // Perhaps the peer restarted and this is its new session. (A failed open
-                // changes no session state, so garbage cannot spoil the pending one.)
-                let mut copy = body.to_vec();
+                // changes neither the session nor the buffer.)
                 let opened = link
                     .pending
                     .as_mut()
-                    .and_then(|(_, session)| session.open(now, &mut copy).ok());
+                    .and_then(|(_, session)| session.open(now, &mut buf).ok());
                 let (Some(range), Some((peer, session))) = (opened, link.pending.take()) else {
                     self.stats.dropped_auth += 1;
                     link.stats.dropped_auth += 1;
@@ -524,7 +563,6 @@ impl UdpEngine {
                 };
                 link.peer = peer;
                 link.session = session;
-                buf = copy;
                 range
             }
         };
@@ -543,9 +581,25 @@ impl UdpEngine {
             link.stats.bytes_in += range.len() as u64;
             self.events.push_back(UdpEvent::Cell {
                 peer,
-                data: buf[range].to_vec(),
+                data: buf.freeze().slice(range),
             });
         }
+    }
+
+    /// Queue a handshake message assembled from `parts` in a pooled buffer.
+    fn queue(&mut self, to: SocketAddr, parts: &[&[u8]]) {
+        let Ok(mut buf) = self.pool.acquire() else {
+            self.stats.dropped_no_buffer += 1;
+            return;
+        };
+        let mut at = 0;
+        let full = buf.full_mut();
+        for part in parts {
+            full[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        buf.truncate(at);
+        self.out.push_back((to, buf));
     }
 
     fn cookie_valid(&self, from: SocketAddr, cookie: &[u8]) -> bool {

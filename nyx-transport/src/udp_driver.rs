@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use nyx_core::buf::PooledBuf;
 use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridPublicKey;
@@ -70,6 +71,8 @@ pub struct UdpTransport {
     state: UdpSocketState,
     engine: UdpEngine,
     epoch: Instant,
+    /// Reused buffer for GSO batches.
+    batch: Vec<u8>,
 }
 
 impl UdpTransport {
@@ -97,6 +100,7 @@ impl UdpTransport {
             state,
             engine,
             epoch: Instant::now(),
+            batch: Vec::with_capacity(MAX_GSO_BYTES),
         })
     }
 
@@ -191,39 +195,51 @@ impl UdpTransport {
     }
 
     /// Send what the engine queued: consecutive equal-size datagrams to one address go out as
-    /// one GSO transmit.
+    /// one GSO transmit (copied into one contiguous batch, the layout GSO requires; a lone
+    /// datagram goes out straight from its pooled buffer).
     async fn flush(&mut self) {
         let max_segments = self.state.max_gso_segments().max(1);
-        let mut pending: Option<(SocketAddr, usize, Vec<u8>, usize)> = None;
+        let mut run: Vec<PooledBuf> = Vec::new();
+        let mut run_to: Option<SocketAddr> = None;
         while let Some((addr, datagram)) = self.engine.poll_transmit() {
-            // A GSO batch is one UDP send: its total must stay within 64 KiB too.
-            if let Some((to, size, buf, count)) = &mut pending
-                && *to == addr
-                && *size == datagram.len()
-                && *count < max_segments
-                && buf.len() + datagram.len() <= MAX_GSO_BYTES
-            {
-                buf.extend_from_slice(&datagram);
-                *count += 1;
-                continue;
+            let joins = run_to == Some(addr)
+                && run.first().is_some_and(|d| d.len() == datagram.len())
+                && run.len() < max_segments
+                && (run.len() + 1) * datagram.len() <= MAX_GSO_BYTES;
+            if !joins && !run.is_empty() {
+                self.send_run(run_to, &mut run).await;
             }
-            if let Some(batch) = pending.take() {
-                self.send(batch).await;
-            }
-            let size = datagram.len();
-            pending = Some((addr, size, datagram, 1));
+            run_to = Some(addr);
+            run.push(datagram);
         }
-        if let Some(batch) = pending {
-            self.send(batch).await;
+        if !run.is_empty() {
+            self.send_run(run_to, &mut run).await;
         }
     }
 
-    async fn send(&self, (addr, size, buf, count): (SocketAddr, usize, Vec<u8>, usize)) {
+    async fn send_run(&mut self, to: Option<SocketAddr>, run: &mut Vec<PooledBuf>) {
+        let Some(to) = to else { return };
+        if let [single] = &run[..] {
+            self.send(to, single, None).await;
+        } else if let Some(first) = run.first() {
+            let size = first.len();
+            self.batch.clear();
+            for d in run.iter() {
+                self.batch.extend_from_slice(d);
+            }
+            let batch = std::mem::take(&mut self.batch);
+            self.send(to, &batch, Some(size)).await;
+            self.batch = batch;
+        }
+        run.clear(); // the buffers go back to the pool
+    }
+
+    async fn send(&self, to: SocketAddr, contents: &[u8], segment_size: Option<usize>) {
         let transmit = Transmit {
-            destination: addr,
+            destination: to,
             ecn: None,
-            contents: &buf,
-            segment_size: (count > 1).then_some(size),
+            contents,
+            segment_size,
             src_ip: None,
         };
         loop {

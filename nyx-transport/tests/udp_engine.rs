@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::net::SocketAddr;
+
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,9 +69,9 @@ fn run(
                 match shim.as_mut() {
                     Some((ab, ba)) => {
                         if fwd {
-                            ab.push(now, dgram)
+                            ab.push(now, dgram.to_vec())
                         } else {
-                            ba.push(now, dgram)
+                            ba.push(now, dgram.to_vec())
                         }
                     }
                     None => dst.engine.handle_datagram(src.addr, &dgram, now),
@@ -140,14 +142,14 @@ fn handshake_then_cells_both_ways_with_identities() {
         eb[3],
         UdpEvent::Cell {
             peer: a.id.node_id(),
-            data: vec![3; 1152]
+            data: Bytes::from(vec![3; 1152])
         }
     );
     assert_eq!(
         ea[3],
         UdpEvent::Cell {
             peer: b.id.node_id(),
-            data: vec![!3; 1152]
+            data: Bytes::from(vec![!3; 1152])
         }
     );
     assert_eq!(a.engine.stats().cells_out, 20);
@@ -272,7 +274,7 @@ fn garbage_and_replays_are_dropped_counted_and_harmless() {
         cells,
         vec![UdpEvent::Cell {
             peer: a.id.node_id(),
-            data: b"live".to_vec()
+            data: Bytes::from_static(b"live")
         }],
         "exactly one delivery"
     );
@@ -291,14 +293,14 @@ fn garbage_and_replays_are_dropped_counted_and_harmless() {
         eb,
         vec![UdpEvent::Cell {
             peer: a.id.node_id(),
-            data: b"after".to_vec()
+            data: Bytes::from_static(b"after")
         }]
     );
     assert_eq!(
         ea,
         vec![UdpEvent::Cell {
             peer: b.id.node_id(),
-            data: b"reply".to_vec()
+            data: Bytes::from_static(b"reply")
         }]
     );
 }
@@ -389,7 +391,7 @@ fn a_replayed_hello_cannot_tear_down_a_live_link_but_a_restarted_peer_reconnects
         eb,
         vec![UdpEvent::Cell {
             peer: a.id.node_id(),
-            data: b"still here".to_vec()
+            data: Bytes::from_static(b"still here")
         }]
     );
 
@@ -416,7 +418,7 @@ fn a_replayed_hello_cannot_tear_down_a_live_link_but_a_restarted_peer_reconnects
         eb,
         vec![UdpEvent::Cell {
             peer: a.id.node_id(),
-            data: b"new me".to_vec()
+            data: Bytes::from_static(b"new me")
         }]
     );
 }

@@ -63,7 +63,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut delivered = false;
     while let Some(event) = b.poll_event() {
-        delivered |= matches!(event, UdpEvent::Cell { ref data, .. } if data == b"still alive");
+        delivered |= matches!(event, UdpEvent::Cell { ref data, .. } if &data[..] == b"still alive");
     }
     assert!(delivered, "the live link was disturbed");
 });
