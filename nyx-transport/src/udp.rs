@@ -48,6 +48,14 @@ const T_DATA: u8 = 0x04;
 const COOKIE_LEN: usize = 16;
 const COOKIE_ROTATION: Duration = Duration::from_secs(120);
 const MAX_COOKIE_RESENDS: u32 = 2;
+/// DATA payload kinds (inside the authenticated payload, so they cannot be altered).
+const KIND_CELL: u8 = 0;
+const KIND_CONTROL: u8 = 1;
+const KIND_CONTROL_ACK: u8 = 2;
+/// Control messages sent and not yet acknowledged, per link, at most.
+pub const MAX_CONTROL_IN_FLIGHT: usize = 64;
+/// Control retransmission timeout: three round trips, at least this.
+const MIN_CONTROL_RTO: Duration = Duration::from_millis(50);
 
 /// Settings of the UDP transport.
 #[derive(Debug, Clone)]
@@ -103,6 +111,13 @@ pub enum UdpEvent {
         peer: NodeId,
         /// The cell: a slice of the pooled buffer it was decrypted in (no further copy).
         data: Bytes,
+    },
+    /// A control message arrived (reliable, in order).
+    Control {
+        /// From whom.
+        peer: NodeId,
+        /// The message.
+        data: Vec<u8>,
     },
     /// A dial failed.
     Failed {
@@ -168,6 +183,17 @@ struct Link {
     /// current one only when a DATA authenticates under it (the peer restarted). A replayed
     /// HELLO, even with a spoofed source, therefore cannot tear down a live link.
     pending: Option<(NodeId, Session)>,
+    control: ControlState,
+}
+
+/// A reliable, ordered control channel inside a link's session: numbered messages,
+/// cumulative acknowledgements, retransmission after a timeout.
+#[derive(Default)]
+struct ControlState {
+    next_seq: u32,
+    unacked: VecDeque<(u32, Vec<u8>, Timestamp)>,
+    expected: u32,
+    out_of_order: std::collections::BTreeMap<u32, Vec<u8>>,
 }
 
 struct Dial {
@@ -285,9 +311,75 @@ impl UdpEngine {
         cell: &[u8],
         now: Timestamp,
     ) -> Result<(), Error> {
-        if cell.len() > self.config.max_cell_len {
+        self.send_data(addr, KIND_CELL, &[cell], now)?;
+        if let Some(link) = self.links.get_mut(&addr) {
+            link.stats.cells_out += 1;
+            link.stats.bytes_out += cell.len() as u64;
+        }
+        self.stats.cells_out += 1;
+        Ok(())
+    }
+
+    /// Queue a control message to the peer at `addr`: delivered reliably and in order (it is
+    /// resent until acknowledged). At most [`MAX_CONTROL_IN_FLIGHT`] may be unacknowledged.
+    pub fn send_control(
+        &mut self,
+        addr: SocketAddr,
+        msg: &[u8],
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        if msg.len() + 4 > self.config.max_cell_len {
+            return Err(Error::ControlTooLarge { len: msg.len() });
+        }
+        let link = self.links.get_mut(&addr).ok_or_else(|| Error::Link {
+            reason: "no link to that address".to_string(),
+        })?;
+        if link.control.unacked.len() >= MAX_CONTROL_IN_FLIGHT {
+            return Err(Error::Link {
+                reason: "control channel full (peer not acknowledging)".to_string(),
+            });
+        }
+        let seq = link.control.next_seq;
+        link.control.next_seq = seq.wrapping_add(1);
+        link.control.unacked.push_back((seq, msg.to_vec(), now));
+        self.send_data(addr, KIND_CONTROL, &[&seq.to_be_bytes(), msg], now)
+    }
+
+    /// An empty DATA: confirms a new session.
+    fn send_empty(&mut self, addr: SocketAddr, now: Timestamp) -> Result<(), Error> {
+        let link = self.links.get_mut(&addr).ok_or_else(|| Error::Link {
+            reason: "no link to that address".to_string(),
+        })?;
+        let mut buf = [0u8; 1 + OVERHEAD];
+        buf[0] = T_DATA;
+        let n = link
+            .session
+            .seal(now, &mut buf[1..], 0)
+            .map_err(|e| Error::Link {
+                reason: e.to_string(),
+            })?;
+        let Ok(mut pooled) = self.pool.acquire() else {
+            self.stats.dropped_no_buffer += 1;
+            return Ok(());
+        };
+        pooled.full_mut()[..1 + n].copy_from_slice(&buf[..1 + n]);
+        pooled.truncate(1 + n);
+        self.out.push_back((addr, pooled));
+        Ok(())
+    }
+
+    /// Seal `kind || parts` as one DATA datagram to `addr`.
+    fn send_data(
+        &mut self,
+        addr: SocketAddr,
+        kind: u8,
+        parts: &[&[u8]],
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        let len = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
+        if len > 1 + self.config.max_cell_len {
             return Err(Error::CellTooLarge {
-                len: cell.len(),
+                len: len - 1,
                 max: self.config.max_cell_len,
             });
         }
@@ -305,20 +397,21 @@ impl UdpEngine {
         };
         let full = buf.full_mut();
         full[0] = T_DATA;
-        full[1 + HEADER_LEN..1 + HEADER_LEN + cell.len()].copy_from_slice(cell);
+        let mut at = 1 + HEADER_LEN;
+        full[at] = kind;
+        at += 1;
+        for part in parts {
+            full[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
         let n = link
             .session
-            .seal(now, &mut full[1..1 + OVERHEAD + cell.len()], cell.len())
+            .seal(now, &mut full[1..1 + OVERHEAD + len], len)
             .map_err(|e| Error::Link {
                 reason: e.to_string(),
             })?;
         buf.truncate(1 + n);
         self.out.push_back((addr, buf));
-        if !cell.is_empty() {
-            self.stats.cells_out += 1;
-            link.stats.cells_out += 1;
-            link.stats.bytes_out += cell.len() as u64;
-        }
         Ok(())
     }
 
@@ -338,8 +431,22 @@ impl UdpEngine {
         }
     }
 
-    /// Resend lost HELLOs, give up on dials that ran out of attempts, rotate the cookie key.
+    /// Resend lost HELLOs and unacknowledged control messages, give up on dials that ran out
+    /// of attempts, rotate the cookie key.
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        let mut resend = Vec::new();
+        for (addr, link) in &mut self.links {
+            let rto = control_rto(link.stats.rtt);
+            for (seq, msg, sent) in link.control.unacked.iter_mut() {
+                if now >= sent.saturating_add(rto) {
+                    *sent = now;
+                    resend.push((*addr, *seq, msg.clone()));
+                }
+            }
+        }
+        for (addr, seq, msg) in resend {
+            let _ = self.send_data(addr, KIND_CONTROL, &[&seq.to_be_bytes(), &msg], now);
+        }
         if now.saturating_duration_since(self.cookie_rotated) >= COOKIE_ROTATION {
             // The RNG failing is reported on the next new() instead; keep the old key.
             let _ = self.rotate_cookie(now);
@@ -462,6 +569,7 @@ impl UdpEngine {
                                 handshake_sent: now,
                                 confirmed: false,
                                 pending: None,
+                                control: ControlState::default(),
                             },
                         );
                     }
@@ -511,13 +619,14 @@ impl UdpEngine {
                         handshake_sent: now,
                         confirmed: true,
                         pending: None,
+                        control: ControlState::default(),
                     },
                 );
                 self.stats.handshakes_ok += 1;
                 self.events
                     .push_back(UdpEvent::Connected { peer, addr: from });
-                // An empty DATA confirms the session to the responder at once.
-                let _ = self.send_cell(from, &[], now);
+                // A DATA with no payload confirms the session to the responder at once.
+                let _ = self.send_empty(from, now);
             }
             Err(e) => {
                 // A forged or corrupted WELCOME ends this attempt; report it.
@@ -575,14 +684,61 @@ impl UdpEngine {
             self.events
                 .push_back(UdpEvent::Connected { peer, addr: from });
         }
-        if !range.is_empty() {
-            self.stats.cells_in += 1;
-            link.stats.cells_in += 1;
-            link.stats.bytes_in += range.len() as u64;
-            self.events.push_back(UdpEvent::Cell {
-                peer,
-                data: buf.freeze().slice(range),
-            });
+        if range.is_empty() {
+            return; // a confirmation
+        }
+        let kind = buf[range.start];
+        let body = range.start + 1..range.end;
+        match kind {
+            KIND_CELL => {
+                self.stats.cells_in += 1;
+                link.stats.cells_in += 1;
+                link.stats.bytes_in += body.len() as u64;
+                self.events.push_back(UdpEvent::Cell {
+                    peer,
+                    data: buf.freeze().slice(body),
+                });
+            }
+            KIND_CONTROL if body.len() >= 4 => {
+                let seq = u32::from_be_bytes([
+                    buf[body.start],
+                    buf[body.start + 1],
+                    buf[body.start + 2],
+                    buf[body.start + 3],
+                ]);
+                let msg = buf[body.start + 4..body.end].to_vec();
+                let c = &mut link.control;
+                let ahead = seq.wrapping_sub(c.expected);
+                if ahead == 0 {
+                    self.events.push_back(UdpEvent::Control { peer, data: msg });
+                    c.expected = c.expected.wrapping_add(1);
+                    while let Some(next) = c.out_of_order.remove(&c.expected) {
+                        self.events
+                            .push_back(UdpEvent::Control { peer, data: next });
+                        c.expected = c.expected.wrapping_add(1);
+                    }
+                } else if (ahead as usize) < MAX_CONTROL_IN_FLIGHT {
+                    c.out_of_order.insert(seq, msg);
+                } // else: a duplicate of a delivered message (or garbage from the peer)
+                let ack = c.expected.to_be_bytes();
+                let _ = self.send_data(from, KIND_CONTROL_ACK, &[&ack], now);
+            }
+            KIND_CONTROL_ACK if body.len() == 4 => {
+                let next = u32::from_be_bytes([
+                    buf[body.start],
+                    buf[body.start + 1],
+                    buf[body.start + 2],
+                    buf[body.start + 3],
+                ]);
+                // Everything before `next` arrived.
+                let c = &mut link.control;
+                while c.unacked.front().is_some_and(|(seq, _, _)| {
+                    next.wrapping_sub(*seq).wrapping_sub(1) < MAX_CONTROL_IN_FLIGHT as u32
+                }) {
+                    c.unacked.pop_front();
+                }
+            }
+            _ => self.stats.dropped_malformed += 1,
         }
     }
 
@@ -617,6 +773,12 @@ impl UdpEngine {
         self.cookie_rotated = now;
         Ok(())
     }
+}
+
+/// Control retransmission timeout for a link with this handshake RTT.
+fn control_rto(rtt: Option<Duration>) -> Duration {
+    rtt.map_or(Duration::from_millis(200), |r| r * 3)
+        .max(MIN_CONTROL_RTO)
 }
 
 /// HMAC-SHA256(key, address)[..16].

@@ -51,6 +51,13 @@ pub enum UdpCommand {
         /// The cell.
         cell: Bytes,
     },
+    /// Send a control message (reliable, ordered) on the link to `addr`.
+    Control {
+        /// The peer's address.
+        addr: SocketAddr,
+        /// The message.
+        msg: Vec<u8>,
+    },
     /// Report the transport's and every link's counters.
     Stats(tokio::sync::oneshot::Sender<UdpSnapshot>),
 }
@@ -162,6 +169,12 @@ impl UdpTransport {
             // cells are unreliable by design.
             UdpCommand::Cell { addr, cell } => {
                 let _ = self.engine.send_cell(addr, &cell, now);
+                Ok(())
+            }
+            // A full control channel or a missing link drops the message; the overlay's
+            // circuit timeouts handle that like any lost handshake.
+            UdpCommand::Control { addr, msg } => {
+                let _ = self.engine.send_control(addr, &msg, now);
                 Ok(())
             }
             UdpCommand::Stats(reply) => {
