@@ -1,10 +1,12 @@
-//! The one link interface the overlay uses, whatever the transport: send a cell to a verified
-//! peer ([`CellLink`]); receive `(peer, cell)` pairs from one channel ([`Inbound`]).
+//! The one link interface the overlay uses, whatever the transport: send a cell (unreliable)
+//! or a control message (reliable, ordered) to a verified peer ([`CellLink`]); receive
+//! [`Inbound`] cells and control messages from one channel.
 //!
 //! A QUIC link ([`crate::quic::QuicLink`]) implements [`CellLink`] itself, and
-//! [`forward_quic_cells`] moves its incoming cells to the shared channel (the daemon spawns it
-//! per link). A UDP peer is a [`UdpLink`]: a handle on the UDP driver task's command queue,
-//! made when that task reports `Connected`; the driver's `Cell` events are the inbound side.
+//! [`drive_quic_link`] (the daemon spawns it per link) moves its incoming cells and control
+//! messages to the shared channel and writes its queued control messages to its stream. A UDP
+//! peer is a [`UdpLink`]: a handle on the UDP driver task's command queue, made when that task
+//! reports `Connected`; the driver's `Cell` and `Control` events are the inbound side.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,13 +19,22 @@ use crate::Error;
 use crate::quic::QuicLink;
 use crate::udp_driver::UdpCommand;
 
-/// A cell that arrived from a verified peer.
+/// What arrives on a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A cell (unreliable, unordered).
+    Cell(Bytes),
+    /// A control message (reliable, in order).
+    Control(Vec<u8>),
+}
+
+/// A message that arrived from a verified peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inbound {
     /// Who sent it.
     pub peer: NodeId,
-    /// The cell.
-    pub cell: Bytes,
+    /// What it is.
+    pub message: Message,
 }
 
 /// Sending side of a link to one verified peer, over any transport.
@@ -34,6 +45,10 @@ pub trait CellLink: Send + Sync + std::fmt::Debug {
     /// Queue one cell; never waits. Cells are unreliable: a full queue or a closed link is
     /// an error the caller counts as a drop.
     fn send_cell(&self, cell: Bytes) -> Result<(), Error>;
+
+    /// Queue one control message; never waits. Once queued it is delivered reliably and in
+    /// order while the link lives; a full queue is an error (backpressure).
+    fn send_control(&self, msg: Vec<u8>) -> Result<(), Error>;
 }
 
 impl CellLink for QuicLink {
@@ -43,6 +58,10 @@ impl CellLink for QuicLink {
 
     fn send_cell(&self, cell: Bytes) -> Result<(), Error> {
         QuicLink::send_cell(self, cell)
+    }
+
+    fn send_control(&self, msg: Vec<u8>) -> Result<(), Error> {
+        self.queue_control(msg)
     }
 }
 
@@ -76,24 +95,64 @@ impl CellLink for UdpLink {
                 addr: self.addr,
                 cell,
             })
-            .map_err(|e| Error::Link {
-                reason: match e {
-                    mpsc::error::TrySendError::Full(_) => "UDP send queue full".to_string(),
-                    mpsc::error::TrySendError::Closed(_) => "UDP transport stopped".to_string(),
-                },
+            .map_err(queue_error)
+    }
+
+    fn send_control(&self, msg: Vec<u8>) -> Result<(), Error> {
+        self.commands
+            .try_send(UdpCommand::Control {
+                addr: self.addr,
+                msg,
             })
+            .map_err(queue_error)
     }
 }
 
-/// Move a QUIC link's incoming cells to `to` until the link closes or `to` is dropped.
-pub async fn forward_quic_cells(link: Arc<QuicLink>, to: mpsc::Sender<Inbound>) {
-    while let Ok(cell) = link.recv_cell().await {
-        let inbound = Inbound {
-            peer: link.peer(),
-            cell,
-        };
-        if to.send(inbound).await.is_err() {
-            return;
+fn queue_error<T>(e: mpsc::error::TrySendError<T>) -> Error {
+    Error::Link {
+        reason: match e {
+            mpsc::error::TrySendError::Full(_) => "UDP send queue full".to_string(),
+            mpsc::error::TrySendError::Closed(_) => "UDP transport stopped".to_string(),
+        },
+    }
+}
+
+/// Drive a QUIC link until it closes or `to` is dropped: its incoming cells and control
+/// messages go to `to`, its queued control messages ([`CellLink::send_control`]) to the
+/// peer. Run one per link (a second call returns at once: the queue has one owner).
+pub async fn drive_quic_link(link: Arc<QuicLink>, to: mpsc::Sender<Inbound>) {
+    let Some(mut queued) = link.take_control_queue() else {
+        return;
+    };
+    let peer = link.peer();
+    // Three loops polled side by side, none ever cancelled mid-read (a control message read
+    // is not cancel-safe): the link stops when any of them ends.
+    let cells = async {
+        while let Ok(cell) = link.recv_cell().await {
+            let message = Message::Cell(cell);
+            if to.send(Inbound { peer, message }).await.is_err() {
+                return;
+            }
         }
+    };
+    let controls = async {
+        while let Ok(msg) = link.recv_control().await {
+            let message = Message::Control(msg);
+            if to.send(Inbound { peer, message }).await.is_err() {
+                return;
+            }
+        }
+    };
+    let outgoing = async {
+        while let Some(msg) = queued.recv().await {
+            if link.send_control(&msg).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = cells => {}
+        () = controls => {}
+        () = outgoing => {}
     }
 }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use nyx_core::NodeId;
 use nyx_crypto::identity::IdentityKey;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, mpsc};
 
 use crate::Error;
 use crate::identity_tls::{Refusal, client_config_reporting, peer_node_id, server_config};
@@ -244,7 +244,14 @@ pub struct QuicLink {
     control_recv: Mutex<quinn::RecvStream>,
     counters: Arc<LinkCounters>,
     dialled_by_us: bool,
+    /// Control messages queued without waiting ([`crate::link::CellLink::send_control`]),
+    /// written to the stream by [`crate::link::drive_quic_link`].
+    control_queue: mpsc::Sender<Vec<u8>>,
+    control_queued: std::sync::Mutex<Option<mpsc::Receiver<Vec<u8>>>>,
 }
+
+/// Control messages a QUIC link queues without waiting, at most.
+pub const CONTROL_QUEUE: usize = 256;
 
 impl QuicLink {
     fn new(
@@ -253,6 +260,7 @@ impl QuicLink {
         send: quinn::SendStream,
         recv: quinn::RecvStream,
     ) -> Self {
+        let queue = mpsc::channel(CONTROL_QUEUE);
         QuicLink {
             conn,
             peer,
@@ -260,12 +268,29 @@ impl QuicLink {
             control_recv: Mutex::new(recv),
             counters: Arc::new(LinkCounters::default()),
             dialled_by_us: true,
+            control_queue: queue.0,
+            control_queued: std::sync::Mutex::new(Some(queue.1)),
         }
     }
 
     /// The peer's verified identity.
     pub fn peer(&self) -> NodeId {
         self.peer
+    }
+
+    /// Queue a control message without waiting; [`crate::link::drive_quic_link`] writes it.
+    pub fn queue_control(&self, msg: Vec<u8>) -> Result<(), Error> {
+        if msg.len() > MAX_CONTROL_LEN {
+            return Err(Error::ControlTooLarge { len: msg.len() });
+        }
+        self.control_queue.try_send(msg).map_err(|_| Error::Link {
+            reason: "control queue full or link not driven".to_string(),
+        })
+    }
+
+    /// The queued control messages, for the one task that drives the link.
+    pub(crate) fn take_control_queue(&self) -> Option<mpsc::Receiver<Vec<u8>>> {
+        self.control_queued.lock().ok().and_then(|mut q| q.take())
     }
 
     /// Whether this node dialled the link (false: the peer did).

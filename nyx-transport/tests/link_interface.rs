@@ -10,7 +10,7 @@ use bytes::Bytes;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
 use nyx_crypto::link::LinkKey;
-use nyx_transport::link::{CellLink, Inbound, UdpLink, forward_quic_cells};
+use nyx_transport::link::{CellLink, Inbound, Message, UdpLink, drive_quic_link};
 use nyx_transport::quic::{QuicConfig, QuicEndpoint};
 use nyx_transport::udp::{UdpConfig, UdpEvent};
 use nyx_transport::udp_driver::{UdpCommand, UdpTransport};
@@ -43,7 +43,7 @@ async fn one_interface_over_both_transports() {
         their_quic.accept().await.unwrap()
     });
     let (mine, theirs) = (Arc::new(mine.unwrap()), theirs.unwrap());
-    tokio::spawn(forward_quic_cells(mine.clone(), inbound_tx.clone()));
+    tokio::spawn(drive_quic_link(mine.clone(), inbound_tx.clone()));
 
     // UDP: me -> udp_peer.
     let key = |seed: u8| LinkKey::new(HybridSecretKey::from_seed(&[seed; 96]));
@@ -88,9 +88,18 @@ async fn one_interface_over_both_transports() {
     let udp_inbound = inbound_tx.clone();
     tokio::spawn(async move {
         while let Some(event) = my_ev.recv().await {
-            if let UdpEvent::Cell { peer, data } = event {
-                let _ = udp_inbound.send(Inbound { peer, cell: data }).await;
-            }
+            let inbound = match event {
+                UdpEvent::Cell { peer, data } => Inbound {
+                    peer,
+                    message: Message::Cell(data),
+                },
+                UdpEvent::Control { peer, data } => Inbound {
+                    peer,
+                    message: Message::Control(data),
+                },
+                _ => continue,
+            };
+            let _ = udp_inbound.send(inbound).await;
         }
     });
 
@@ -123,20 +132,67 @@ async fn one_interface_over_both_transports() {
         })
         .await
         .unwrap();
+    theirs.send_control(b"quic control").await.unwrap();
+    their_cmd
+        .send(UdpCommand::Control {
+            addr: my_addr,
+            msg: b"udp control".to_vec(),
+        })
+        .await
+        .unwrap();
     let mut got = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..4 {
         let i = tokio::time::timeout(Duration::from_secs(5), inbound.recv())
             .await
             .unwrap()
             .unwrap();
-        got.push((i.peer, i.cell));
+        got.push((i.peer, format!("{:?}", i.message)));
     }
-    got.sort_by_key(|(_, c)| c.clone());
-    assert_eq!(
-        got,
-        vec![
-            (quic_peer.node_id(), Bytes::from_static(b"via quic")),
-            (udp_peer.node_id(), Bytes::from_static(b"via udp"))
-        ]
-    );
+    got.sort();
+    let q = quic_peer.node_id();
+    let u = udp_peer.node_id();
+    let mut want = vec![
+        (
+            q,
+            format!("{:?}", Message::Cell(Bytes::from_static(b"via quic"))),
+        ),
+        (
+            u,
+            format!("{:?}", Message::Cell(Bytes::from_static(b"via udp"))),
+        ),
+        (
+            q,
+            format!("{:?}", Message::Control(b"quic control".to_vec())),
+        ),
+        (
+            u,
+            format!("{:?}", Message::Control(b"udp control".to_vec())),
+        ),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+
+    // Control messages through the common interface, both transports, in order.
+    for link in &links {
+        for i in 0..5u8 {
+            link.send_control(vec![i]).unwrap();
+        }
+    }
+    let mut quic_got = Vec::new();
+    for _ in 0..5 {
+        quic_got.push(theirs.recv_control().await.unwrap()[0]);
+    }
+    assert_eq!(quic_got, vec![0, 1, 2, 3, 4]);
+    let mut udp_got = Vec::new();
+    while udp_got.len() < 5 {
+        if let UdpEvent::Control { data, .. } =
+            tokio::time::timeout(Duration::from_secs(5), their_ev.recv())
+                .await
+                .unwrap()
+                .unwrap()
+        {
+            udp_got.push(data[0]);
+        }
+    }
+    assert_eq!(udp_got, vec![0, 1, 2, 3, 4]);
 }
