@@ -223,6 +223,9 @@ pub struct UdpEngine {
     hello_second: (u64, u32),
     links: HashMap<SocketAddr, Link>,
     dials: HashMap<SocketAddr, Dial>,
+    /// No control message is due for resending before this (a lower bound, so the driver
+    /// does not scan every link on every wake-up; `None`: nothing is unacknowledged).
+    control_due: Option<Timestamp>,
     pool: BufferPool,
     out: VecDeque<(SocketAddr, PooledBuf)>,
     events: VecDeque<UdpEvent>,
@@ -265,6 +268,7 @@ impl UdpEngine {
             hello_second: (0, 0),
             links: HashMap::new(),
             dials: HashMap::new(),
+            control_due: None,
             pool,
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -342,6 +346,8 @@ impl UdpEngine {
         let seq = link.control.next_seq;
         link.control.next_seq = seq.wrapping_add(1);
         link.control.unacked.push_back((seq, msg.to_vec(), now));
+        let due = now.saturating_add(control_rto(link.stats.rtt));
+        self.control_due = Some(self.control_due.map_or(due, |d| d.min(due)));
         self.send_data(addr, KIND_CONTROL, &[&seq.to_be_bytes(), msg], now)
     }
 
@@ -435,14 +441,21 @@ impl UdpEngine {
     /// of attempts, rotate the cookie key.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let mut resend = Vec::new();
-        for (addr, link) in &mut self.links {
-            let rto = control_rto(link.stats.rtt);
-            for (seq, msg, sent) in link.control.unacked.iter_mut() {
-                if now >= sent.saturating_add(rto) {
-                    *sent = now;
-                    resend.push((*addr, *seq, msg.clone()));
+        if self.control_due.is_some_and(|due| now >= due) {
+            // Scan the links only when something may be due, and recompute the bound.
+            let mut next: Option<Timestamp> = None;
+            for (addr, link) in &mut self.links {
+                let rto = control_rto(link.stats.rtt);
+                for (seq, msg, sent) in link.control.unacked.iter_mut() {
+                    if now >= sent.saturating_add(rto) {
+                        *sent = now;
+                        resend.push((*addr, *seq, msg.clone()));
+                    }
+                    let due = sent.saturating_add(rto);
+                    next = Some(next.map_or(due, |n| n.min(due)));
                 }
             }
+            self.control_due = next;
         }
         for (addr, seq, msg) in resend {
             let _ = self.send_data(addr, KIND_CONTROL, &[&seq.to_be_bytes(), &msg], now);

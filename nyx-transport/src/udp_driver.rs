@@ -80,6 +80,8 @@ pub struct UdpTransport {
     epoch: Instant,
     /// Reused buffer for GSO batches.
     batch: Vec<u8>,
+    /// Reused list of the datagrams of one GSO run.
+    run: Vec<PooledBuf>,
 }
 
 impl UdpTransport {
@@ -108,6 +110,7 @@ impl UdpTransport {
             engine,
             epoch: Instant::now(),
             batch: Vec::with_capacity(MAX_GSO_BYTES),
+            run: Vec::with_capacity(64),
         })
     }
 
@@ -192,8 +195,10 @@ impl UdpTransport {
     fn receive(&mut self, storage: &mut [u8], meta: &mut [RecvMeta; RECV_BATCH]) {
         let now = self.now();
         let (io, state) = (&self.io, &self.state);
-        let mut slices: Vec<IoSliceMut<'_>> =
-            storage.chunks_mut(RECV_BUF).map(IoSliceMut::new).collect();
+        // On the stack: no allocation per receive.
+        let mut chunks = storage.chunks_mut(RECV_BUF);
+        let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
+            std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
         let Ok(n) = io.try_io(Interest::READABLE, || {
             state.recv(io.into(), &mut slices, meta)
         }) else {
@@ -212,7 +217,8 @@ impl UdpTransport {
     /// datagram goes out straight from its pooled buffer).
     async fn flush(&mut self) {
         let max_segments = self.state.max_gso_segments().max(1);
-        let mut run: Vec<PooledBuf> = Vec::new();
+        // Reused across flushes: no allocation per wake-up.
+        let mut run = std::mem::take(&mut self.run);
         let mut run_to: Option<SocketAddr> = None;
         while let Some((addr, datagram)) = self.engine.poll_transmit() {
             let joins = run_to == Some(addr)
@@ -228,6 +234,7 @@ impl UdpTransport {
         if !run.is_empty() {
             self.send_run(run_to, &mut run).await;
         }
+        self.run = run;
     }
 
     async fn send_run(&mut self, to: Option<SocketAddr>, run: &mut Vec<PooledBuf>) {
