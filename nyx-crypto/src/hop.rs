@@ -98,6 +98,15 @@ pub struct HopInitiatorSent {
     create: Box<[u8; CREATE_LEN]>,
 }
 
+impl std::fmt::Debug for HopInitiatorSent {
+    /// Names the relay the CREATE addresses; the secrets are not shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HopInitiatorSent")
+            .field("relay", &NodeId::from_slice(&self.create[1..33]).ok())
+            .finish_non_exhaustive()
+    }
+}
+
 impl HopInitiator {
     /// Prepare a handshake with `relay` through its onion key.
     pub fn new(relay: NodeId, onion: HybridPublicKey) -> Self {

@@ -6,6 +6,38 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// Overlay settings that cannot work.
+    #[error("overlay configuration: {reason}")]
+    OverlayConfig {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A path that cannot be built (empty, too long, repeated relay, this node).
+    #[error("bad path: {reason}")]
+    BadPath {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A payload larger than a cell carries.
+    #[error("payload of {len} bytes exceeds the {max} a cell carries")]
+    PayloadTooLarge {
+        /// Its length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// No such circuit (closed, failed, or never built here).
+    #[error("no such circuit")]
+    NoSuchCircuit,
+    /// The circuit is still being built.
+    #[error("circuit is not built yet")]
+    CircuitNotOpen,
+    /// The link's queue is full: the cell was dropped.
+    #[error("link queue full; cell dropped")]
+    QueueFull,
+    /// A cryptographic operation failed.
+    #[error(transparent)]
+    Crypto(#[from] nyx_crypto::Error),
     /// The configuration file could not be read.
     #[error("cannot read config file {path}: {source}")]
     ConfigRead {

@@ -10,5 +10,6 @@
 
 pub mod config_file;
 mod error;
+pub mod overlay;
 
 pub use error::Error;

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::time::{Timestamp, duration_to_nanos};
@@ -30,6 +31,17 @@ impl Quota {
         }
         let interval = 1_000_000_000u64.div_ceil(u64::from(per_second));
         Quota::from_parts(interval, per_second)
+    }
+
+    /// `per_second` tokens per second with a burst of `burst`: infallible (an interval of at
+    /// most 1 s times a `u32` burst always fits), so it serves constants and defaults.
+    pub const fn new(per_second: NonZeroU32, burst: NonZeroU32) -> Quota {
+        let interval_ns = 1_000_000_000u64.div_ceil(per_second.get() as u64);
+        Quota {
+            interval_ns,
+            burst: burst.get(),
+            tau_ns: interval_ns * burst.get() as u64,
+        }
     }
 
     /// One token every `interval`, burst 1. Use this for rates below one per second.
@@ -229,6 +241,15 @@ mod tests {
 
     fn ms(n: u64) -> Timestamp {
         Timestamp::from_millis(n)
+    }
+
+    #[test]
+    fn const_quota_matches_the_checked_one() {
+        let n = |v| NonZeroU32::new(v).unwrap();
+        assert_eq!(Quota::new(n(20_000), n(2_000)), Quota::from_rate(20_000.0, 2_000).unwrap());
+        assert_eq!(Quota::new(n(3), n(3)), Quota::per_second(3).unwrap());
+        let max = Quota::new(n(1), n(u32::MAX));
+        assert_eq!(max.burst(), u32::MAX);
     }
 
     #[test]

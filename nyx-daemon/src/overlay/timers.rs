@@ -1,0 +1,26 @@
+//! The overlay's clock: one coarse tick drives every timer (build timeouts, lifetimes,
+//! relay idle and truncation limits, link probes), so the driver needs one deadline.
+
+use nyx_core::Timestamp;
+
+use super::Overlay;
+
+impl Overlay {
+    /// When [`handle_timeout`](Self::handle_timeout) wants to run next.
+    pub fn poll_timeout(&self) -> Timestamp {
+        self.next_tick
+    }
+
+    /// Run the timers that are due at `now`.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        if now < self.next_tick {
+            return;
+        }
+        self.next_tick = now + self.config.timer_granularity;
+        self.client_timers(now);
+        self.relay_timers(now);
+        self.check_links(now);
+        self.link_limiter.retain_recent(now);
+        self.create_limiter.retain_recent(now);
+    }
+}
