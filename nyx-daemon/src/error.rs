@@ -35,6 +35,23 @@ pub enum Error {
     /// The link's queue is full: the cell was dropped.
     #[error("link queue full; cell dropped")]
     QueueFull,
+    /// No path could be chosen.
+    #[error(transparent)]
+    Path(#[from] crate::path::PathError),
+    /// Every attempt to build a circuit failed.
+    #[error("circuit build failed after {attempts} attempts (last: {reason})")]
+    BuildFailed {
+        /// Paths tried.
+        attempts: usize,
+        /// Why the last one failed.
+        reason: crate::overlay::DestroyReason,
+    },
+    /// The node is not running any more.
+    #[error("the node has stopped")]
+    NodeStopped,
+    /// A transport failed (bind, dial).
+    #[error(transparent)]
+    Transport(#[from] nyx_transport::Error),
     /// A cryptographic operation failed.
     #[error(transparent)]
     Crypto(#[from] nyx_crypto::Error),

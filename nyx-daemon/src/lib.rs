@@ -10,6 +10,7 @@
 
 pub mod config_file;
 mod error;
+pub mod node;
 pub mod overlay;
 
 pub use error::Error;

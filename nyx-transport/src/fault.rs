@@ -319,6 +319,60 @@ mod tests {
     }
 }
 
+/// A record of every datagram some sockets send, for tests that inspect the wire (all
+/// datagrams of one size, no identifier in clear). Cheap to clone; share one between nodes.
+#[derive(Debug, Clone, Default)]
+pub struct WireTap {
+    seen: Arc<std::sync::Mutex<Vec<TappedDatagram>>>,
+}
+
+/// One datagram a tapped socket sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TappedDatagram {
+    /// Sender's address.
+    pub from: SocketAddr,
+    /// Destination.
+    pub to: SocketAddr,
+    /// The bytes on the wire.
+    pub bytes: Vec<u8>,
+}
+
+impl WireTap {
+    /// An empty tap.
+    pub fn new() -> Self {
+        WireTap::default()
+    }
+
+    /// Record what one send carried: `contents` split into `segment_size` datagrams when
+    /// it is a GSO batch.
+    pub fn record(
+        &self,
+        from: SocketAddr,
+        to: SocketAddr,
+        contents: &[u8],
+        segment_size: Option<usize>,
+    ) {
+        let size = segment_size.unwrap_or(contents.len()).max(1);
+        if let Ok(mut seen) = self.seen.lock() {
+            for chunk in contents.chunks(size) {
+                seen.push(TappedDatagram {
+                    from,
+                    to,
+                    bytes: chunk.to_vec(),
+                });
+            }
+        }
+    }
+
+    /// Everything recorded so far, emptying the record.
+    pub fn take(&self) -> Vec<TappedDatagram> {
+        self.seen
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
+    }
+}
+
 /// The shim for quinn: a socket that drops, duplicates and reorders (by swapping with the
 /// next datagram sent) what quinn transmits, with a seeded RNG. Used by tests through
 /// [`crate::quic::QuicEndpoint::bind_with_faults`]; quinn's own loss recovery and the link
@@ -328,6 +382,7 @@ pub struct FaultyQuicSocket {
     inner: Arc<dyn quinn::AsyncUdpSocket>,
     config: FaultConfig,
     state: std::sync::Mutex<QuicFaultState>,
+    tap: std::sync::OnceLock<(SocketAddr, WireTap)>,
 }
 
 #[derive(Debug)]
@@ -348,6 +403,14 @@ impl FaultyQuicSocket {
                 stats: FaultStats::default(),
             }),
             config,
+            tap: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Record every datagram this socket sends into `tap` (set once).
+    pub fn set_tap(&self, tap: WireTap) {
+        if let Ok(addr) = self.inner.local_addr() {
+            let _ = self.tap.set((addr, tap));
         }
     }
 
@@ -357,6 +420,9 @@ impl FaultyQuicSocket {
     }
 
     fn send_one(&self, to: SocketAddr, contents: &[u8]) -> io::Result<()> {
+        if let Some((from, tap)) = self.tap.get() {
+            tap.record(*from, to, contents, None);
+        }
         self.inner.try_send(&quinn::udp::Transmit {
             destination: to,
             ecn: None,

@@ -82,6 +82,8 @@ pub struct UdpTransport {
     batch: Vec<u8>,
     /// Reused list of the datagrams of one GSO run.
     run: Vec<PooledBuf>,
+    /// Tests: a record of every datagram sent.
+    tap: Option<(SocketAddr, crate::fault::WireTap)>,
 }
 
 impl UdpTransport {
@@ -111,6 +113,7 @@ impl UdpTransport {
             epoch: Instant::now(),
             batch: Vec::with_capacity(MAX_GSO_BYTES),
             run: Vec::with_capacity(64),
+            tap: None,
         })
     }
 
@@ -119,6 +122,12 @@ impl UdpTransport {
         self.io.local_addr().map_err(|e| Error::Link {
             reason: e.to_string(),
         })
+    }
+
+    /// Record every datagram this transport sends into `tap` (tests of what is on the wire).
+    pub fn set_tap(&mut self, tap: crate::fault::WireTap) -> Result<(), Error> {
+        self.tap = Some((self.local_addr()?, tap));
+        Ok(())
     }
 
     /// Run until `commands` closes: execute commands, move datagrams, report events.
@@ -255,6 +264,9 @@ impl UdpTransport {
     }
 
     async fn send(&self, to: SocketAddr, contents: &[u8], segment_size: Option<usize>) {
+        if let Some((from, tap)) = &self.tap {
+            tap.record(*from, to, contents, segment_size);
+        }
         let transmit = Transmit {
             destination: to,
             ecn: None,

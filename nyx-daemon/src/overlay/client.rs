@@ -263,11 +263,13 @@ impl Overlay {
         };
         self.client_forget(&c, tell_entry.then_some(reason), now);
         let circuit = CircuitHandle(id);
+        let relay = hop.and_then(|h| c.path.get(h)).map(|h| h.node);
         if c.built.is_some() {
             self.io.events.push_back(Event::Destroyed {
                 circuit,
                 reason,
                 hop,
+                relay,
             });
         } else {
             self.io.stats.circuits_failed += 1;
@@ -275,6 +277,7 @@ impl Overlay {
                 circuit,
                 reason,
                 hop,
+                relay,
             });
         }
     }
@@ -293,6 +296,19 @@ impl Overlay {
                 },
                 now,
             );
+        }
+    }
+
+    /// Tear down every circuit this node owns or relays (shutting down): DESTROY to every
+    /// neighbour, events for the owner.
+    pub fn destroy_all(&mut self, reason: DestroyReason, now: Timestamp) {
+        let own: Vec<u64> = self.clients.keys().copied().collect();
+        for id in own {
+            self.client_lost(id, reason, None, true, now);
+        }
+        let relayed: Vec<u64> = self.relays.keys().copied().collect();
+        for id in relayed {
+            self.relay_destroy(id, reason, now);
         }
     }
 

@@ -168,6 +168,8 @@ pub enum Event {
         reason: DestroyReason,
         /// The position in the path of the relay believed at fault, when known.
         hop: Option<usize>,
+        /// That relay.
+        relay: Option<NodeId>,
     },
     /// A built circuit of this node ended (not on its owner's request).
     Destroyed {
@@ -177,6 +179,8 @@ pub enum Event {
         reason: DestroyReason,
         /// The position in the path of the relay believed lost, when known.
         hop: Option<usize>,
+        /// That relay.
+        relay: Option<NodeId>,
     },
     /// A built circuit nears the end of its lifetime: build its replacement.
     Expiring {

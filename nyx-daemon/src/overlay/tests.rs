@@ -354,6 +354,7 @@ fn a_vanished_middle_relay_destroys_circuits_within_the_link_timeout() {
             circuit: c,
             reason: DestroyReason::LinkLost,
             hop: Some(1),
+            relay: Some(middle),
         }),
         "{ev:?}"
     );
@@ -375,7 +376,8 @@ fn unreachable_hop_fails_the_build_and_names_it() {
         vec![Event::Failed {
             circuit: c,
             reason: DestroyReason::ConnectFailed,
-            hop: Some(2)
+            hop: Some(2),
+            relay: Some(exit),
         }]
     );
     net.advance(Duration::from_secs(1));
@@ -393,7 +395,7 @@ fn silent_hop_times_out_the_build() {
     let c = net.build(0, &[1, 2, 3]);
     net.advance(Duration::from_millis(2100));
     let ev = net.events(0);
-    assert!(ev.contains(&Event::Failed { circuit: c, reason: DestroyReason::Timeout, hop: Some(2) }), "{ev:?}");
+    assert!(ev.contains(&Event::Failed { circuit: c, reason: DestroyReason::Timeout, hop: Some(2), relay: Some(exit) }), "{ev:?}");
     net.advance(Duration::from_millis(100));
     assert_eq!(net.nodes[1].overlay.relay_circuits(), 0);
     assert_eq!(net.nodes[2].overlay.relay_circuits(), 0);
@@ -413,13 +415,14 @@ fn close_propagates_to_every_hop_and_destroy_reaches_the_owner() {
     let c = net.build(0, &[1, 2, 3]);
     net.events(0);
     let now = net.now;
+    let middle_id = net.nodes[2].id;
     let middle = &mut net.nodes[2].overlay;
     let id = *middle.relays.keys().next().unwrap();
     middle.relay_destroy(id, DestroyReason::Shutdown, now);
     net.settle();
     assert_eq!(
         net.events(0),
-        vec![Event::Destroyed { circuit: c, reason: DestroyReason::Shutdown, hop: Some(1) }]
+        vec![Event::Destroyed { circuit: c, reason: DestroyReason::Shutdown, hop: Some(1), relay: Some(middle_id) }]
     );
     assert_eq!(net.nodes[3].overlay.relay_circuits(), 0);
 }
@@ -439,7 +442,7 @@ fn circuits_expire_after_their_lifetime_with_warning() {
     net.advance(Duration::from_secs(1));
     assert_eq!(
         net.events(0),
-        vec![Event::Destroyed { circuit: c, reason: DestroyReason::Expired, hop: None }]
+        vec![Event::Destroyed { circuit: c, reason: DestroyReason::Expired, hop: None, relay: None }]
     );
     assert_eq!(net.nodes[2].overlay.relay_circuits(), 0);
 }

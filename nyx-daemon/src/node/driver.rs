@@ -1,0 +1,494 @@
+//! The node's one driver task: it owns the [`Overlay`], the path selector and the links,
+//! feeds the overlay what arrives (cells, control messages, link changes, commands, the
+//! time) and carries out what it asks (send, dial, report).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nyx_core::{NodeId, Timestamp};
+use nyx_transport::link::{Inbound, Message, UdpLink};
+use nyx_transport::quic::QuicEndpoint;
+use nyx_transport::udp::UdpEvent;
+use nyx_transport::udp_driver::UdpCommand;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::links::{LinkEvent, LinkRef, Links, spawn_quic_acceptor, spawn_quic_dial, spawn_quic_driver};
+use super::{
+    Bound, BoundNode, Circuit, CircuitMessage, Command, ExitRequest, Node, NodeHandle, NodeStats,
+    unix_now,
+};
+use crate::Error;
+use crate::directory::Directory;
+use crate::overlay::{CircuitHandle, DestroyReason, Event, HopSpec, Output, Overlay};
+use crate::path::{ExitRequirement, PathSelector};
+
+/// Queue sizes between the tasks.
+const COMMANDS: usize = 1024;
+const INBOUND: usize = 4096;
+const LINK_EVENTS: usize = 256;
+const EXITS: usize = 1024;
+/// Messages handled per wake-up before outputs are flushed.
+const BATCH: usize = 64;
+
+/// A circuit request being served: which attempt, and whom to answer.
+struct PendingBuild {
+    req: ExitRequirement,
+    attempt: usize,
+    reply: oneshot::Sender<Result<Circuit, Error>>,
+}
+
+struct Driver {
+    overlay: Overlay,
+    epoch: Instant,
+    directory: Directory,
+    selector: PathSelector,
+    rng: StdRng,
+    links: Links,
+    quic: Option<Arc<QuicEndpoint>>,
+    udp: Option<mpsc::Sender<UdpCommand>>,
+    inbound_tx: mpsc::Sender<Inbound>,
+    link_events_tx: mpsc::Sender<LinkEvent>,
+    commands_tx: mpsc::Sender<Command>,
+    exits_tx: mpsc::Sender<ExitRequest>,
+    builds: HashMap<CircuitHandle, PendingBuild>,
+    circuits: HashMap<CircuitHandle, mpsc::Sender<CircuitMessage>>,
+    settings: super::NodeSettings,
+    aux: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    send_failures: u64,
+    owner_drops: u64,
+}
+
+pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error> {
+    let BoundNode {
+        identity,
+        onion_keys,
+        settings,
+        bound,
+        ..
+    } = node;
+    let me = identity.node_id();
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| Error::OverlayConfig {
+        reason: format!("no randomness: {e}"),
+    })?;
+    let epoch = Instant::now();
+    let overlay = Overlay::new(
+        me,
+        onion_keys,
+        settings.overlay.clone(),
+        u64::from_le_bytes([seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], seed[6], seed[7]]),
+        Timestamp::ZERO,
+    )?;
+    let (commands_tx, commands_rx) = mpsc::channel(COMMANDS);
+    let (inbound_tx, inbound_rx) = mpsc::channel(INBOUND);
+    let (link_events_tx, link_events_rx) = mpsc::channel(LINK_EVENTS);
+    let (exits_tx, exits_rx) = mpsc::channel(EXITS);
+    let aux = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut udp_events = None;
+    let (quic, udp) = match bound {
+        Bound::Quic(endpoint) => {
+            let endpoint = Arc::new(endpoint);
+            let task = spawn_quic_acceptor(endpoint.clone(), link_events_tx.clone());
+            push_task(&aux, task);
+            (Some(endpoint), None)
+        }
+        Bound::Udp(transport) => {
+            let (cmd_tx, cmd_rx) = mpsc::channel(4096);
+            let (ev_tx, ev_rx) = mpsc::channel(INBOUND);
+            let task = tokio::spawn(async move {
+                if let Err(e) = transport.run(cmd_rx, ev_tx).await {
+                    tracing::warn!(error = %e, "UDP transport stopped");
+                }
+            });
+            push_task(&aux, task);
+            udp_events = Some(ev_rx);
+            (None, Some(cmd_tx))
+        }
+    };
+    let selector = PathSelector::new(me, settings.transport, settings.path.clone());
+    let driver = Driver {
+        overlay,
+        epoch,
+        directory,
+        selector,
+        rng: StdRng::from_seed(seed),
+        links: Links::default(),
+        quic,
+        udp,
+        inbound_tx,
+        link_events_tx,
+        commands_tx: commands_tx.clone(),
+        exits_tx,
+        builds: HashMap::new(),
+        circuits: HashMap::new(),
+        settings,
+        aux: aux.clone(),
+        send_failures: 0,
+        owner_drops: 0,
+    };
+    let task = tokio::spawn(driver.run(commands_rx, inbound_rx, link_events_rx, udp_events));
+    Ok(Node {
+        handle: NodeHandle {
+            id: me,
+            commands: commands_tx,
+        },
+        exits: Some(exits_rx),
+        task,
+        aux,
+    })
+}
+
+fn push_task(aux: &std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>, task: tokio::task::JoinHandle<()>) {
+    if let Ok(mut tasks) = aux.lock() {
+        // Finished tasks (closed links, dials) need not be kept.
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+}
+
+impl Driver {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    #[tracing::instrument(name = "node", skip_all)]
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut inbound: mpsc::Receiver<Inbound>,
+        mut link_events: mpsc::Receiver<LinkEvent>,
+        mut udp_events: Option<mpsc::Receiver<UdpEvent>>,
+    ) {
+        loop {
+            let deadline = self.epoch + std::time::Duration::from_nanos(self.overlay.poll_timeout().as_nanos());
+            tokio::select! {
+                command = commands.recv() => {
+                    let Some(command) = command else { break };
+                    if let Some(done) = self.command(command) {
+                        self.shutdown(done).await;
+                        return;
+                    }
+                }
+                Some(first) = inbound.recv() => {
+                    self.inbound(first);
+                    for _ in 1..BATCH {
+                        match inbound.try_recv() {
+                            Ok(next) => self.inbound(next),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Some(event) = recv_udp(&mut udp_events) => {
+                    self.udp_event(event);
+                    if let Some(rx) = udp_events.as_mut() {
+                        for _ in 1..BATCH {
+                            match rx.try_recv() {
+                                Ok(next) => self.udp_event(next),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+                Some(event) = link_events.recv() => self.link_event(event),
+                () = tokio::time::sleep_until(deadline) => {
+                    let now = self.now();
+                    self.overlay.handle_timeout(now);
+                }
+            }
+            self.flush();
+        }
+    }
+
+    fn inbound(&mut self, inbound: Inbound) {
+        let now = self.now();
+        match inbound.message {
+            Message::Cell(cell) => self.overlay.handle_cell(inbound.peer, &cell, now),
+            Message::Control(msg) => self.overlay.handle_control(inbound.peer, &msg, now),
+        }
+    }
+
+    fn udp_event(&mut self, event: UdpEvent) {
+        let now = self.now();
+        match event {
+            UdpEvent::Connected { peer, addr } => {
+                self.links.udp_dials.remove(&addr);
+                if let Some(tx) = &self.udp {
+                    let link = UdpLink::new(peer, addr, tx.clone());
+                    self.links.live.insert(peer, LinkRef::Udp(link));
+                }
+                self.overlay.link_up(peer, now);
+            }
+            UdpEvent::Cell { peer, data } => self.overlay.handle_cell(peer, &data, now),
+            UdpEvent::Control { peer, data } => self.overlay.handle_control(peer, &data, now),
+            UdpEvent::Failed { addr, reason } => {
+                tracing::debug!(%reason, "UDP dial failed");
+                if let Some(peer) = self.links.udp_dials.remove(&addr) {
+                    self.overlay.connect_failed(peer, now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn link_event(&mut self, event: LinkEvent) {
+        let now = self.now();
+        match event {
+            LinkEvent::QuicUp(link) => {
+                let peer = link.peer();
+                let task = spawn_quic_driver(link.clone(), self.inbound_tx.clone(), self.link_events_tx.clone());
+                push_task(&self.aux, task);
+                self.links.live.insert(peer, LinkRef::Quic(link));
+                self.overlay.link_up(peer, now);
+            }
+            LinkEvent::QuicClosed(link) => {
+                let peer = link.peer();
+                let current = matches!(self.links.live.get(&peer), Some(LinkRef::Quic(l)) if Arc::ptr_eq(l, &link));
+                if current {
+                    self.links.live.remove(&peer);
+                    self.overlay.link_down(peer, now);
+                }
+            }
+            LinkEvent::DialFailed(peer) => self.overlay.connect_failed(peer, now),
+        }
+    }
+
+    /// Execute a command; `Some` asks the loop to shut down.
+    fn command(&mut self, command: Command) -> Option<oneshot::Sender<()>> {
+        let now = self.now();
+        match command {
+            Command::Build { req, reply } => self.start_build(req, 1, reply),
+            Command::Send { circuit, payload } => {
+                if self.overlay.send(circuit, &payload).is_err() {
+                    self.send_failures += 1;
+                }
+            }
+            Command::Close { circuit } => {
+                self.circuits.remove(&circuit);
+                let _ = self.overlay.close(circuit, now);
+            }
+            Command::Reply { exit, payload } => {
+                if self.overlay.send_backward(exit, &payload, now).is_err() {
+                    self.send_failures += 1;
+                }
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(NodeStats {
+                    overlay: self.overlay.stats(),
+                    links: self.links.live.len(),
+                    relay_circuits: self.overlay.relay_circuits(),
+                    own_circuits: self.overlay.own_circuits(),
+                    send_failures: self.send_failures,
+                    owner_drops: self.owner_drops,
+                });
+            }
+            Command::Shutdown(done) => return Some(done),
+        }
+        None
+    }
+
+    /// Pick a path (avoiding relays marked unreachable) and start building on it.
+    fn start_build(
+        &mut self,
+        req: ExitRequirement,
+        attempt: usize,
+        reply: oneshot::Sender<Result<Circuit, Error>>,
+    ) {
+        let now_unix = unix_now();
+        let path = match self.selector.select(&self.directory, &req, now_unix, &mut self.rng) {
+            Ok(path) => path,
+            Err(e) => {
+                let _ = reply.send(Err(Error::Path(e)));
+                return;
+            }
+        };
+        let mut specs = Vec::with_capacity(path.hops.len());
+        for node in &path.hops {
+            let key = self
+                .directory
+                .get(node)
+                .and_then(|d| d.onion_key(now_unix).cloned());
+            match key {
+                Some(onion_key) => specs.push(HopSpec { node: *node, onion_key }),
+                None => {
+                    let _ = reply.send(Err(Error::BadPath {
+                        reason: "a chosen relay has no valid onion key".into(),
+                    }));
+                    return;
+                }
+            }
+        }
+        let now = self.now();
+        match self.overlay.build(specs, now) {
+            Ok(handle) => {
+                self.builds.insert(handle, PendingBuild { req, attempt, reply });
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Carry out everything the overlay asked for.
+    fn flush(&mut self) {
+        while let Some(output) = self.overlay.poll_output() {
+            match output {
+                Output::Cell { to, cell } => {
+                    if !self.links.live.get(&to).is_some_and(|l| l.send_cell(cell)) {
+                        self.send_failures += 1;
+                    }
+                }
+                Output::Control { to, msg } => {
+                    if !self.links.live.get(&to).is_some_and(|l| l.send_control(msg)) {
+                        self.send_failures += 1;
+                    }
+                }
+                Output::Connect { peer } => self.dial(peer),
+                Output::Disconnect { peer } => {
+                    if let Some(link) = self.links.live.remove(&peer) {
+                        link.close();
+                    }
+                }
+            }
+        }
+        while let Some(event) = self.overlay.poll_event() {
+            self.event(event);
+        }
+    }
+
+    fn dial(&mut self, peer: NodeId) {
+        let now = self.now();
+        let transport = self.settings.transport;
+        let Some(desc) = self.directory.get(&peer) else {
+            tracing::debug!("asked to reach a relay not in the directory");
+            return self.overlay.connect_failed(peer, now);
+        };
+        let Some(addr) = desc.addr(transport) else {
+            return self.overlay.connect_failed(peer, now);
+        };
+        if let Some(endpoint) = &self.quic {
+            let task = spawn_quic_dial(endpoint.clone(), peer, addr, self.link_events_tx.clone());
+            push_task(&self.aux, task);
+        } else if let Some(udp) = &self.udp {
+            let key = Box::new(desc.link_key().clone());
+            self.links.udp_dials.insert(addr, peer);
+            if udp.try_send(UdpCommand::Connect { peer, key, addr }).is_err() {
+                self.links.udp_dials.remove(&addr);
+                self.overlay.connect_failed(peer, now);
+            }
+        }
+    }
+
+    fn event(&mut self, event: Event) {
+        match event {
+            Event::Built { circuit } => {
+                let Some(pending) = self.builds.remove(&circuit) else {
+                    return;
+                };
+                let (tx, rx) = mpsc::channel(self.settings.circuit_queue);
+                self.circuits.insert(circuit, tx);
+                let handle = Circuit {
+                    handle: circuit,
+                    path: self.overlay.path(circuit).unwrap_or_default(),
+                    commands: self.commands_tx.clone(),
+                    messages: rx,
+                    closed: false,
+                };
+                if let Err(Ok(unwanted)) = pending.reply.send(Ok(handle)) {
+                    drop(unwanted); // the requester left: closing it tears it down
+                }
+            }
+            Event::Failed {
+                circuit,
+                reason,
+                relay,
+                ..
+            } => {
+                self.blame(relay, reason);
+                let Some(pending) = self.builds.remove(&circuit) else {
+                    return;
+                };
+                if pending.attempt < self.settings.build_attempts {
+                    self.start_build(pending.req, pending.attempt + 1, pending.reply);
+                } else {
+                    let _ = pending.reply.send(Err(Error::BuildFailed {
+                        attempts: pending.attempt,
+                        reason,
+                    }));
+                }
+            }
+            Event::Destroyed {
+                circuit,
+                reason,
+                hop,
+                relay,
+            } => {
+                self.blame(relay, reason);
+                if let Some(tx) = self.circuits.remove(&circuit) {
+                    let _ = tx.try_send(CircuitMessage::Destroyed { reason, hop });
+                }
+            }
+            Event::Expiring { circuit } => {
+                if let Some(tx) = self.circuits.get(&circuit) {
+                    let _ = tx.try_send(CircuitMessage::Expiring);
+                }
+            }
+            Event::Data { circuit, payload } => self.to_owner(circuit, payload),
+            Event::ExitData { exit, payload } => {
+                if self.exits_tx.try_send(ExitRequest { exit, payload }).is_err() {
+                    self.owner_drops += 1;
+                }
+            }
+            Event::ExitClosed { .. } => {}
+        }
+    }
+
+    fn to_owner(&mut self, circuit: CircuitHandle, payload: Bytes) {
+        match self.circuits.get(&circuit) {
+            Some(tx) if tx.try_send(CircuitMessage::Data(payload)).is_ok() => {}
+            _ => self.owner_drops += 1,
+        }
+    }
+
+    /// Mark a relay that failed a circuit as unreachable, so new paths avoid it for a while.
+    fn blame(&mut self, who: Option<NodeId>, reason: DestroyReason) {
+        let lost = matches!(
+            reason,
+            DestroyReason::LinkLost
+                | DestroyReason::ConnectFailed
+                | DestroyReason::Timeout
+                | DestroyReason::Shutdown
+        );
+        if let (Some(node), true) = (who, lost) {
+            self.selector.mark_unreachable(node, unix_now());
+        }
+    }
+
+    async fn shutdown(mut self, done: oneshot::Sender<()>) {
+        let now = self.now();
+        self.overlay.destroy_all(DestroyReason::Shutdown, now);
+        self.flush();
+        // Give the link tasks a moment to write the DESTROYs, then close.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if let Some(endpoint) = &self.quic {
+            endpoint.close();
+        }
+        for (_, tx) in self.circuits.drain() {
+            let _ = tx.try_send(CircuitMessage::Destroyed {
+                reason: DestroyReason::Shutdown,
+                hop: None,
+            });
+        }
+        let _ = done.send(());
+    }
+}
+
+async fn recv_udp(rx: &mut Option<mpsc::Receiver<UdpEvent>>) -> Option<UdpEvent> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}

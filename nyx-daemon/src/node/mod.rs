@@ -1,0 +1,447 @@
+//! A running node: the overlay core driven by one async task that owns the transport,
+//! the timers and the path selector. An application embeds a node with [`BoundNode`]
+//! (bind, publish a descriptor, start with a directory) and uses circuits through
+//! [`NodeHandle::build_circuit`]; a relay just runs.
+//!
+//! This is the only place (with the binaries) that spawns tasks and binds sockets.
+
+mod driver;
+mod links;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use nyx_core::NodeId;
+use nyx_core::config::TransportKind;
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::kem::{HybridPublicKey, HybridSecretKey};
+use nyx_crypto::link::LinkKey;
+use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
+use nyx_transport::fault::{FaultConfig, WireTap};
+use nyx_transport::quic::{QuicConfig, QuicEndpoint};
+use nyx_transport::udp::UdpConfig;
+use nyx_transport::udp_driver::UdpTransport;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::Error;
+use crate::directory::{Descriptor, DescriptorBuilder, Directory, ExitPolicy};
+use crate::overlay::{CircuitHandle, DestroyReason, ExitHandle, OverlayConfig, OverlayStats};
+use crate::path::{ExitRequirement, PathConfig};
+
+/// A node's long-term keys.
+pub struct NodeKeys {
+    /// Identity (signs the descriptor; its hash is the NodeId).
+    pub identity: Arc<IdentityKey>,
+    /// Static key of the UDP transport's link handshake.
+    pub link_key: LinkKey,
+    /// Onion keys for circuit handshakes.
+    pub onion_keys: OnionKeyRing,
+}
+
+impl std::fmt::Debug for NodeKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeKeys")
+            .field("node", &self.identity.node_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeKeys {
+    /// Fresh keys, with onion keys certified from `now_unix`.
+    pub fn generate(now_unix: u64) -> Result<Self, Error> {
+        let identity = IdentityKey::generate()?;
+        let link_key = LinkKey::new(HybridSecretKey::generate()?);
+        let mut onion_keys = OnionKeyRing::new(RotationPolicy::default())?;
+        onion_keys.rotate(&identity, now_unix)?;
+        Ok(NodeKeys {
+            identity: Arc::new(identity),
+            link_key,
+            onion_keys,
+        })
+    }
+}
+
+/// How a node runs. Defaults: QUIC on 127.0.0.1 with a free port, default overlay and path
+/// settings, three build attempts.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// The transport.
+    pub transport: TransportKind,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The overlay core's settings.
+    pub overlay: OverlayConfig,
+    /// Path selection.
+    pub path: PathConfig,
+    /// QUIC settings.
+    pub quic: QuicConfig,
+    /// UDP transport settings.
+    pub udp: UdpConfig,
+    /// Paths tried per circuit request before giving up. Default 3.
+    pub build_attempts: usize,
+    /// Payloads buffered for a circuit's owner before drops. Default 1024.
+    pub circuit_queue: usize,
+    /// Tests: record every datagram sent.
+    pub tap: Option<WireTap>,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            transport: TransportKind::Quic,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            overlay: OverlayConfig::default(),
+            path: PathConfig::default(),
+            quic: QuicConfig::default(),
+            udp: UdpConfig::default(),
+            build_attempts: 3,
+            circuit_queue: 1024,
+            tap: None,
+        }
+    }
+}
+
+/// The transport of a bound node.
+#[derive(Debug)]
+enum Bound {
+    Quic(QuicEndpoint),
+    Udp(UdpTransport),
+}
+
+/// A node with its socket bound, not yet running: publish its descriptor, then
+/// [`start`](Self::start) it with the directory.
+#[derive(Debug)]
+pub struct BoundNode {
+    identity: Arc<IdentityKey>,
+    onion_keys: OnionKeyRing,
+    link_public: HybridPublicKey,
+    settings: NodeSettings,
+    bound: Bound,
+    addr: SocketAddr,
+}
+
+impl BoundNode {
+    /// Bind the transport (needs a tokio runtime).
+    pub fn bind(keys: NodeKeys, settings: NodeSettings) -> Result<Self, Error> {
+        let NodeKeys {
+            identity,
+            link_key,
+            onion_keys,
+        } = keys;
+        let link_public = link_key.public().clone();
+        let bound = match settings.transport {
+            TransportKind::Quic => {
+                let (endpoint, shim) = QuicEndpoint::bind_with_faults(
+                    settings.listen,
+                    identity.clone(),
+                    settings.quic.clone(),
+                    FaultConfig::default(),
+                )?;
+                if let Some(tap) = &settings.tap {
+                    shim.set_tap(tap.clone());
+                }
+                Bound::Quic(endpoint)
+            }
+            TransportKind::Udp => {
+                let mut udp = UdpTransport::bind(
+                    settings.listen,
+                    identity.clone(),
+                    vec![link_key],
+                    settings.udp.clone(),
+                )?;
+                if let Some(tap) = &settings.tap {
+                    udp.set_tap(tap.clone())?;
+                }
+                Bound::Udp(udp)
+            }
+        };
+        let addr = match &bound {
+            Bound::Quic(e) => e.local_addr()?,
+            Bound::Udp(u) => u.local_addr()?,
+        };
+        Ok(BoundNode {
+            identity,
+            onion_keys,
+            link_public,
+            settings,
+            bound,
+            addr,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.identity.node_id()
+    }
+
+    /// This node's descriptor, signed, valid for `validity` from `now_unix`.
+    pub fn descriptor(
+        &self,
+        nickname: &str,
+        exit_policy: ExitPolicy,
+        bandwidth: u32,
+        now_unix: u64,
+        validity: Duration,
+    ) -> Result<Descriptor, Error> {
+        let (quic_addr, udp_addr) = match self.settings.transport {
+            TransportKind::Quic => (Some(self.addr), None),
+            TransportKind::Udp => (None, Some(self.addr)),
+        };
+        let builder = DescriptorBuilder {
+            nickname: nickname.to_string(),
+            quic_addr,
+            udp_addr,
+            link_key: self.link_public.clone(),
+            onion_certs: self.onion_keys.certs().to_vec(),
+            exit_policy,
+            bandwidth,
+            published: now_unix,
+            valid_until: now_unix + validity.as_secs(),
+        };
+        Ok(builder.sign(&self.identity)?)
+    }
+
+    /// Run the node with `directory` (spawns its tasks).
+    pub fn start(self, directory: Directory) -> Result<Node, Error> {
+        driver::start(self, directory)
+    }
+}
+
+/// Seconds since the Unix epoch (for descriptor validity).
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// What the owner of a circuit receives on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CircuitMessage {
+    /// A payload from the exit.
+    Data(Bytes),
+    /// The circuit nears the end of its lifetime; build a replacement.
+    Expiring,
+    /// The circuit ended; nothing more comes.
+    Destroyed {
+        /// Why.
+        reason: DestroyReason,
+        /// The path position of the relay believed lost, when known.
+        hop: Option<usize>,
+    },
+}
+
+/// A payload delivered to this node as the last hop of someone's circuit.
+#[derive(Debug, Clone)]
+pub struct ExitRequest {
+    /// Which circuit (answer with [`NodeHandle::reply`]).
+    pub exit: ExitHandle,
+    /// The payload.
+    pub payload: Bytes,
+}
+
+/// Counters of a running node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeStats {
+    /// The overlay core's counters.
+    pub overlay: OverlayStats,
+    /// Links open now.
+    pub links: usize,
+    /// Circuits relayed now.
+    pub relay_circuits: usize,
+    /// This node's own circuits now.
+    pub own_circuits: usize,
+    /// Cells the transport refused (queue full, link gone).
+    pub send_failures: u64,
+    /// Payloads for a circuit's owner dropped because it did not read them.
+    pub owner_drops: u64,
+}
+
+#[derive(Debug)]
+enum Command {
+    Build {
+        req: ExitRequirement,
+        reply: oneshot::Sender<Result<Circuit, Error>>,
+    },
+    Send {
+        circuit: CircuitHandle,
+        payload: Bytes,
+    },
+    Close {
+        circuit: CircuitHandle,
+    },
+    Reply {
+        exit: ExitHandle,
+        payload: Bytes,
+    },
+    Stats(oneshot::Sender<NodeStats>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// A handle on a running node (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct NodeHandle {
+    id: NodeId,
+    commands: mpsc::Sender<Command>,
+}
+
+impl NodeHandle {
+    /// The node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Build a circuit whose exit satisfies `req`: up to the configured number of paths are
+    /// tried, each path avoiding relays that failed before.
+    pub async fn build_circuit(&self, req: ExitRequirement) -> Result<Circuit, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::Build { req, reply }).await?;
+        rx.await.map_err(|_| Error::NodeStopped)?
+    }
+
+    /// Answer an [`ExitRequest`] with a payload towards the circuit's owner.
+    pub async fn reply(&self, exit: ExitHandle, payload: &[u8]) -> Result<(), Error> {
+        check_len(payload.len(), crate::overlay::MAX_BACKWARD_BODY)?;
+        let payload = Bytes::copy_from_slice(payload);
+        self.command(Command::Reply { exit, payload }).await
+    }
+
+    /// The node's counters.
+    pub async fn stats(&self) -> Result<NodeStats, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::Stats(reply)).await?;
+        rx.await.map_err(|_| Error::NodeStopped)
+    }
+
+    async fn command(&self, command: Command) -> Result<(), Error> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| Error::NodeStopped)
+    }
+}
+
+fn check_len(len: usize, max: usize) -> Result<(), Error> {
+    if len > max {
+        return Err(Error::PayloadTooLarge { len, max });
+    }
+    Ok(())
+}
+
+/// One of this node's circuits, built.
+#[derive(Debug)]
+pub struct Circuit {
+    handle: CircuitHandle,
+    path: Vec<NodeId>,
+    commands: mpsc::Sender<Command>,
+    messages: mpsc::Receiver<CircuitMessage>,
+    closed: bool,
+}
+
+impl Circuit {
+    /// The circuit's local handle.
+    pub fn handle(&self) -> CircuitHandle {
+        self.handle
+    }
+
+    /// Its relays, entry first.
+    pub fn path(&self) -> &[NodeId] {
+        &self.path
+    }
+
+    /// Send a payload (at most [`crate::overlay::MAX_FORWARD_BODY`] bytes) to the exit.
+    /// Cells are datagrams: delivery is not guaranteed (streams, part 2, add reliability).
+    pub async fn send(&self, payload: &[u8]) -> Result<(), Error> {
+        check_len(payload.len(), crate::overlay::MAX_FORWARD_BODY)?;
+        let payload = Bytes::copy_from_slice(payload);
+        self.commands
+            .send(Command::Send {
+                circuit: self.handle,
+                payload,
+            })
+            .await
+            .map_err(|_| Error::NodeStopped)
+    }
+
+    /// The next message on the circuit; `None` once it is gone and drained.
+    pub async fn recv(&mut self) -> Option<CircuitMessage> {
+        self.messages.recv().await
+    }
+
+    /// Close the circuit (DESTROY towards the exit).
+    pub async fn close(mut self) {
+        self.closed = true;
+        let _ = self
+            .commands
+            .send(Command::Close {
+                circuit: self.handle,
+            })
+            .await;
+    }
+}
+
+impl Drop for Circuit {
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.commands.try_send(Command::Close {
+                circuit: self.handle,
+            });
+        }
+    }
+}
+
+/// A running node: its handle, the payloads it receives as an exit, and its tasks.
+#[derive(Debug)]
+pub struct Node {
+    handle: NodeHandle,
+    exits: Option<mpsc::Receiver<ExitRequest>>,
+    task: JoinHandle<()>,
+    aux: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Node {
+    /// A handle for using the node.
+    pub fn handle(&self) -> NodeHandle {
+        self.handle.clone()
+    }
+
+    /// The payloads delivered to this node as an exit (taken once; part 2 connects them to
+    /// streams). Until taken, they are dropped and counted.
+    pub fn take_exit_requests(&mut self) -> Option<mpsc::Receiver<ExitRequest>> {
+        self.exits.take()
+    }
+
+    /// Stop gracefully: tear every circuit down (DESTROY with reason shutdown), close links,
+    /// and wait for the tasks, at most `grace`.
+    pub async fn shutdown(self, grace: Duration) {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .handle
+            .commands
+            .send(Command::Shutdown(reply))
+            .await
+            .is_ok()
+        {
+            let _ = tokio::time::timeout(grace, rx).await;
+        }
+        self.kill();
+    }
+
+    /// Stop at once, as a crash would: no DESTROY, no close; peers find out by themselves.
+    pub fn kill(self) {
+        self.task.abort();
+        if let Ok(mut aux) = self.aux.lock() {
+            for t in aux.drain(..) {
+                t.abort();
+            }
+        }
+    }
+}
