@@ -31,4 +31,26 @@ pub enum Error {
         /// Every problem, each with its field.
         problems: nyx_core::config::ConfigProblems,
     },
+    /// The directory file could not be read.
+    #[error("cannot read directory {path}: {source}")]
+    DirectoryRead {
+        /// The file.
+        path: PathBuf,
+        /// Why reading failed.
+        source: std::io::Error,
+    },
+    /// The directory file's header is missing or wrong, so none of it was used.
+    #[error("directory {path}: {source}")]
+    DirectoryInvalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: crate::directory::DirectoryError,
+    },
+    /// A test network could not be generated (bad spec, key generation or signing failed).
+    #[error("testnet generation: {reason}")]
+    Testnet {
+        /// What went wrong.
+        reason: String,
+    },
 }
