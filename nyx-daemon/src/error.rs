@@ -35,6 +35,9 @@ pub enum Error {
     /// The link's queue is full: the cell was dropped.
     #[error("link queue full; cell dropped")]
     QueueFull,
+    /// A descriptor could not be made or was refused.
+    #[error(transparent)]
+    Descriptor(#[from] crate::directory::DescriptorError),
     /// No path could be chosen.
     #[error(transparent)]
     Path(#[from] crate::path::PathError),
@@ -79,5 +82,27 @@ pub enum Error {
         path: PathBuf,
         /// Every problem, each with its field.
         problems: nyx_core::config::ConfigProblems,
+    },
+    /// The directory file could not be read.
+    #[error("cannot read directory {path}: {source}")]
+    DirectoryRead {
+        /// The file.
+        path: PathBuf,
+        /// Why reading failed.
+        source: std::io::Error,
+    },
+    /// The directory file's header is missing or wrong, so none of it was used.
+    #[error("directory {path}: {source}")]
+    DirectoryInvalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: crate::directory::DirectoryError,
+    },
+    /// A test network could not be generated (bad spec, key generation or signing failed).
+    #[error("testnet generation: {reason}")]
+    Testnet {
+        /// What went wrong.
+        reason: String,
     },
 }

@@ -1,16 +1,21 @@
 //! # nyx-daemon: the NyxNet node
 //!
-//! What it is for: everything that turns the lower crates into a running node. Today that is
-//! the configuration file edge ([`config_file`]); the overlay (directory, circuits, relaying,
-//! streams, exits), the control API and the `nyx-daemon` / `nyx` binaries arrive with issues
-//! 6, 7 and 8.
+//! What it is for: everything that turns the lower crates into a running node, as a library
+//! an application can embed: the relay directory (signed descriptors, exit policies, the
+//! directory document and testnet generation: [`directory`]), path selection with guards
+//! ([`path`]), the sans-IO circuit core (building, relaying, teardown: [`overlay`]), the async
+//! node that drives it over QUIC or UDP ([`node`]) and the configuration file edge
+//! ([`config_file`]). Streams and exits to TCP, the control API and the `nyx-daemon` / `nyx`
+//! binaries arrive with issues 7 and 8.
 //!
 //! What it is not for: protocol primitives (buffers and limits live in nyx-core, cryptography
 //! in nyx-crypto, error correction in nyx-fec, links in nyx-transport).
 
 pub mod config_file;
+pub mod directory;
 mod error;
 pub mod node;
 pub mod overlay;
+pub mod path;
 
 pub use error::Error;

@@ -230,7 +230,6 @@ impl Driver {
                     self.overlay.connect_failed(peer, now);
                 }
             }
-            _ => {}
         }
     }
 

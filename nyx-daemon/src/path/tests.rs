@@ -1,0 +1,337 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::kem::{HybridSecretKey, SEED_LEN};
+use nyx_crypto::onion_cert::OnionKeyCert;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::*;
+use crate::directory::{DescriptorBuilder, ExitPolicy};
+
+const T0: u64 = 1_800_000_000;
+const DAY: u64 = 24 * 3600;
+
+/// A relay with identity seed `seed` at `ip` (QUIC and UDP on port 9000).
+fn relay(seed: u8, ip: &str, bandwidth: u32, policy: &ExitPolicy) -> Descriptor {
+    let id = IdentityKey::from_seed(&[seed; 32]);
+    let key = HybridSecretKey::from_seed(&[3; SEED_LEN]);
+    let addr = Some(format!("{ip}:9000").parse().unwrap());
+    DescriptorBuilder {
+        nickname: format!("r{seed}"),
+        quic_addr: addr,
+        udp_addr: addr,
+        link_key: key.public().clone(),
+        onion_certs: vec![OnionKeyCert::sign(&id, key.public(), T0 - 10, T0 + 200 * DAY).unwrap()],
+        exit_policy: policy.clone(),
+        bandwidth,
+        published: T0,
+        valid_until: T0 + 100 * DAY,
+    }
+    .sign(&id)
+    .unwrap()
+}
+
+/// `n` accept-all relays with seeds 1..=n in distinct /16s, bandwidth 100.
+fn dir(n: u8) -> Directory {
+    Directory::from_descriptors(
+        (1..=n)
+            .map(|i| relay(i, &format!("10.{i}.0.1"), 100, &ExitPolicy::accept_all()))
+            .collect(),
+    )
+    .unwrap()
+}
+
+fn id(seed: u8) -> NodeId {
+    IdentityKey::from_seed(&[seed; 32]).node_id()
+}
+
+fn selector(hops: usize) -> PathSelector {
+    let config = PathConfig {
+        hops,
+        ..PathConfig::default()
+    };
+    PathSelector::new(NodeId::from_bytes([0; 32]), TransportKind::Quic, config)
+}
+
+#[test]
+fn exits_are_weighted_by_bandwidth() {
+    let policy = ExitPolicy::accept_all();
+    let dir = Directory::from_descriptors(vec![
+        relay(1, "10.1.0.1", 100, &policy),
+        relay(2, "10.2.0.1", 300, &policy),
+        relay(3, "10.3.0.1", 600, &policy),
+    ])
+    .unwrap();
+    let mut sel = selector(1);
+    let mut rng = StdRng::seed_from_u64(1);
+    let mut counts = BTreeMap::new();
+    for _ in 0..5000 {
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, T0, &mut rng)
+            .unwrap();
+        *counts.entry(path.exit().unwrap()).or_insert(0u32) += 1;
+    }
+    for (seed, share) in [(1, 0.1), (2, 0.3), (3, 0.6)] {
+        let got = f64::from(counts[&id(seed)]) / 5000.0;
+        assert!((got - share).abs() < 0.03, "relay {seed}: {got} vs {share}");
+    }
+}
+
+#[test]
+fn the_exit_policy_is_respected_and_the_local_node_never_chosen() {
+    let only_web: ExitPolicy = "accept *:443, reject *:*".parse().unwrap();
+    let mut relays: Vec<_> = (1..=5)
+        .map(|i| relay(i, &format!("10.{i}.0.1"), 100, &ExitPolicy::reject_all()))
+        .collect();
+    relays.push(relay(6, "10.6.0.1", 100, &only_web));
+    relays.push(relay(7, "10.7.0.1", 100, &only_web));
+    let dir = Directory::from_descriptors(relays).unwrap();
+    let config = PathConfig::default();
+    let mut sel = PathSelector::new(id(7), TransportKind::Udp, config);
+    let mut rng = StdRng::seed_from_u64(2);
+    let web = ExitRequirement::Target(ExitTarget::Addr("1.2.3.4:443".parse().unwrap()));
+    for _ in 0..200 {
+        let path = sel.select(&dir, &web, T0, &mut rng).unwrap();
+        assert_eq!(path.hops.len(), 3);
+        assert_eq!(path.exit(), Some(id(6)));
+        assert!(!path.hops.contains(&id(7)));
+        assert_eq!(path.hops.iter().collect::<BTreeSet<_>>().len(), 3);
+    }
+    let ssh = ExitRequirement::Target(ExitTarget::Host {
+        name: "example.org".into(),
+        port: 22,
+    });
+    assert_eq!(
+        sel.select(&dir, &ssh, T0, &mut rng),
+        Err(PathError::NoExit {
+            target: "example.org:22".into()
+        })
+    );
+}
+
+#[test]
+fn the_guard_is_kept_and_rotated_after_its_lifetime() {
+    let dir = dir(10);
+    let mut sel = selector(3);
+    let mut rng = StdRng::seed_from_u64(3);
+    let first = sel
+        .select(&dir, &ExitRequirement::Any, T0, &mut rng)
+        .unwrap();
+    let guard = sel.guard().unwrap();
+    assert_eq!(first.entry(), Some(guard));
+    assert_eq!(sel.guards().len(), 3);
+    for t in 0..100 {
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, T0 + t * DAY / 2, &mut rng)
+            .unwrap();
+        assert_eq!(path.entry(), Some(guard));
+        assert_ne!(path.exit(), Some(guard));
+    }
+    let later = T0 + 60 * DAY;
+    let path = sel
+        .select(&dir, &ExitRequirement::Any, later, &mut rng)
+        .unwrap();
+    assert_ne!(sel.guard(), Some(guard));
+    assert_eq!(path.entry(), sel.guard());
+    assert!(!sel.guards().contains(&guard));
+}
+
+#[test]
+fn an_unreachable_guard_is_skipped_then_retried() {
+    let dir = dir(6);
+    let mut sel = selector(2);
+    let mut rng = StdRng::seed_from_u64(4);
+    sel.select(&dir, &ExitRequirement::Any, T0, &mut rng)
+        .unwrap();
+    let guards = sel.guards();
+    sel.mark_unreachable(guards[0], T0 + 10);
+    assert_eq!(sel.guard(), Some(guards[1]));
+    for _ in 0..20 {
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, T0 + 20, &mut rng)
+            .unwrap();
+        assert_eq!(path.entry(), Some(guards[1]));
+        assert!(!path.hops.contains(&guards[0]));
+    }
+    // Still skipped one second before guard_retry (10 minutes) is over, used again after.
+    let path = sel
+        .select(&dir, &ExitRequirement::Any, T0 + 609, &mut rng)
+        .unwrap();
+    assert_eq!(path.entry(), Some(guards[1]));
+    let path = sel
+        .select(&dir, &ExitRequirement::Any, T0 + 610, &mut rng)
+        .unwrap();
+    assert_eq!(path.entry(), Some(guards[0]));
+    assert_eq!(sel.guards(), guards);
+
+    // Every guard unreachable and no more may be sampled: no guard.
+    let small = super::tests::dir(3);
+    let mut sel = selector(2);
+    sel.select(&small, &ExitRequirement::Any, T0, &mut rng)
+        .unwrap();
+    for g in sel.guards() {
+        sel.mark_unreachable(g, T0);
+    }
+    // Marking the guards leaves no reachable relay at all: no exit either.
+    assert!(matches!(
+        sel.select(&small, &ExitRequirement::Any, T0, &mut rng),
+        Err(PathError::NoExit { .. })
+    ));
+}
+
+#[test]
+fn a_guard_that_is_the_only_exit_makes_the_next_guard_the_entry() {
+    let policy = ExitPolicy::accept_all();
+    let none = ExitPolicy::reject_all();
+    let dir = Directory::from_descriptors(vec![
+        relay(1, "10.1.0.1", 1000, &policy),
+        relay(2, "10.2.0.1", 10, &none),
+        relay(3, "10.3.0.1", 10, &none),
+    ])
+    .unwrap();
+    for seed in 0..20 {
+        let mut sel = selector(2);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, T0, &mut rng)
+            .unwrap();
+        assert_eq!(path.exit(), Some(id(1)));
+        assert_ne!(path.entry(), Some(id(1)));
+    }
+}
+
+#[test]
+fn hops_are_in_distinct_subnets_unless_disabled() {
+    let policy = ExitPolicy::accept_all();
+    let dir = Directory::from_descriptors(vec![
+        relay(1, "10.1.0.1", 100, &policy),
+        relay(2, "10.1.200.7", 100, &policy),
+        relay(3, "10.2.0.1", 100, &policy),
+        relay(4, "10.3.0.1", 100, &policy),
+    ])
+    .unwrap();
+    let mut sel = selector(3);
+    let mut rng = StdRng::seed_from_u64(5);
+    for _ in 0..200 {
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, T0, &mut rng)
+            .unwrap();
+        assert!(
+            !(path.hops.contains(&id(1)) && path.hops.contains(&id(2))),
+            "{path:?}"
+        );
+    }
+    let same = Directory::from_descriptors(
+        (1..=4)
+            .map(|i| relay(i, &format!("127.0.0.{i}"), 100, &policy))
+            .collect(),
+    )
+    .unwrap();
+    assert_eq!(
+        selector(3).select(&same, &ExitRequirement::Any, T0, &mut rng),
+        Err(PathError::NotEnoughRelays {
+            needed: 3,
+            usable: 4
+        })
+    );
+    let mut loose = PathSelector::new(
+        NodeId::from_bytes([0; 32]),
+        TransportKind::Quic,
+        PathConfig {
+            distinct_subnets: false,
+            ..PathConfig::default()
+        },
+    );
+    assert_eq!(
+        loose
+            .select(&same, &ExitRequirement::Any, T0, &mut rng)
+            .unwrap()
+            .hops
+            .len(),
+        3
+    );
+}
+
+#[test]
+fn too_few_relays_bad_hops_and_unusable_descriptors_are_errors() {
+    let mut rng = StdRng::seed_from_u64(6);
+    assert_eq!(
+        selector(3).select(&dir(2), &ExitRequirement::Any, T0, &mut rng),
+        Err(PathError::NotEnoughRelays {
+            needed: 3,
+            usable: 2
+        })
+    );
+    assert_eq!(
+        selector(2).select(&dir(1), &ExitRequirement::Any, T0, &mut rng),
+        Err(PathError::NotEnoughRelays {
+            needed: 2,
+            usable: 1
+        })
+    );
+    assert_eq!(
+        selector(1)
+            .select(&dir(1), &ExitRequirement::Any, T0, &mut rng)
+            .unwrap()
+            .hops,
+        [id(1)]
+    );
+    for hops in [0, 4] {
+        assert_eq!(
+            selector(hops).select(&dir(5), &ExitRequirement::Any, T0, &mut rng),
+            Err(PathError::InvalidHops { hops })
+        );
+    }
+    // Expired descriptors (and onion keys) are not used.
+    assert!(matches!(
+        selector(1).select(&dir(3), &ExitRequirement::Any, T0 + 100 * DAY, &mut rng),
+        Err(PathError::NoExit { .. })
+    ));
+    assert_eq!(
+        selector(1).select(&Directory::default(), &ExitRequirement::Any, T0, &mut rng),
+        Err(PathError::NoExit {
+            target: "any".into()
+        })
+    );
+}
+
+#[test]
+fn unreachable_relays_are_avoided_for_relay_retry() {
+    let dir = dir(4);
+    let mut sel = selector(3);
+    let mut rng = StdRng::seed_from_u64(8);
+    sel.select(&dir, &ExitRequirement::Any, T0, &mut rng)
+        .unwrap();
+    let outsider = (1..=4).map(id).find(|n| !sel.guards().contains(n)).unwrap();
+    sel.mark_unreachable(outsider, T0);
+    for _ in 0..50 {
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, T0 + 299, &mut rng)
+            .unwrap();
+        assert!(!path.hops.contains(&outsider));
+    }
+    let used = (0..50).any(|_| {
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, T0 + 300, &mut rng)
+            .unwrap();
+        path.hops.contains(&outsider)
+    });
+    assert!(used);
+}
+
+#[test]
+fn selection_is_deterministic_for_a_seed() {
+    let dir = dir(12);
+    let run = || {
+        let mut sel = selector(3);
+        let mut rng = StdRng::seed_from_u64(9);
+        (0..20)
+            .map(|i| {
+                sel.select(&dir, &ExitRequirement::Any, T0 + i, &mut rng)
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(), run());
+}
