@@ -13,7 +13,10 @@
 //! ```
 //!
 //! The nonce is 4 zero bytes followed by the packet number (unique per direction key, since
-//! packet numbers never repeat in a session). A sender moves to the next key epoch when its
+//! packet numbers never repeat in a session). Each direction's packet numbers start at a
+//! point derived from the secret (a 62-bit number), not at zero: a packet number in clear
+//! then says nothing about how long the link has run, and the numbers of two links that
+//! carry the same cells are unrelated (an observer cannot line them up). A sender moves to the next key epoch when its
 //! [`RekeyPolicy`] budget (packets, bytes or age) is spent; the next key is derived from the
 //! current one with HKDF, so the receiver derives it too when it sees the new epoch number, and
 //! old keys are erased (a key taken from memory later does not decrypt earlier epochs). The
@@ -72,6 +75,7 @@ const LABEL_EXTRACT: &[u8] = b"nyx/v1/session";
 const LABEL_I2R: &[u8] = b"nyx/v1/session/initiator->responder";
 const LABEL_R2I: &[u8] = b"nyx/v1/session/responder->initiator";
 const LABEL_REKEY: &[u8] = b"nyx/v1/session/rekey";
+const LABEL_PN_START: &[u8] = b"nyx/v1/session/pn-start";
 
 /// Which side of the handshake this session is on; it decides which direction key sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,9 +193,17 @@ impl Session {
         let mut r2i = [0u8; 32];
         expand(prk.as_slice(), LABEL_I2R, &mut i2r);
         expand(prk.as_slice(), LABEL_R2I, &mut r2i);
-        let (send, recv) = match role {
-            Role::Initiator => (i2r, r2i),
-            Role::Responder => (r2i, i2r),
+        let mut starts = [0u8; 32];
+        expand(prk.as_slice(), LABEL_PN_START, &mut starts);
+        let start = |b: &[u8]| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            u64::from_be_bytes(w) >> 2
+        };
+        let (i2r_start, r2i_start) = (start(&starts[..8]), start(&starts[8..16]));
+        let (send, recv, first_pn) = match role {
+            Role::Initiator => (i2r, r2i, i2r_start),
+            Role::Responder => (r2i, i2r, r2i_start),
         };
         let session = Session {
             policy,
@@ -199,7 +211,7 @@ impl Session {
             send_started: now,
             send_packets: 0,
             send_bytes: 0,
-            next_pn: 0,
+            next_pn: first_pn,
             recv: EpochKey::new(recv, 0),
             recv_previous: None,
             recv_ahead: Vec::new(),

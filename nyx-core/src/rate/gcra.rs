@@ -1,8 +1,8 @@
 //! The single-key GCRA limiter and its quota.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::time::{Timestamp, duration_to_nanos};
@@ -246,7 +246,10 @@ mod tests {
     #[test]
     fn const_quota_matches_the_checked_one() {
         let n = |v| NonZeroU32::new(v).unwrap();
-        assert_eq!(Quota::new(n(20_000), n(2_000)), Quota::from_rate(20_000.0, 2_000).unwrap());
+        assert_eq!(
+            Quota::new(n(20_000), n(2_000)),
+            Quota::from_rate(20_000.0, 2_000).unwrap()
+        );
         assert_eq!(Quota::new(n(3), n(3)), Quota::per_second(3).unwrap());
         let max = Quota::new(n(1), n(u32::MAX));
         assert_eq!(max.burst(), u32::MAX);

@@ -16,7 +16,9 @@ use rand::rngs::StdRng;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::links::{LinkEvent, LinkRef, Links, spawn_quic_acceptor, spawn_quic_dial, spawn_quic_driver};
+use super::links::{
+    LinkEvent, LinkRef, Links, spawn_quic_acceptor, spawn_quic_dial, spawn_quic_driver,
+};
 use super::{
     Bound, BoundNode, Circuit, CircuitMessage, Command, ExitRequest, Node, NodeHandle, NodeStats,
     unix_now,
@@ -80,7 +82,9 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         me,
         onion_keys,
         settings.overlay.clone(),
-        u64::from_le_bytes([seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], seed[6], seed[7]]),
+        u64::from_le_bytes([
+            seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], seed[6], seed[7],
+        ]),
         Timestamp::ZERO,
     )?;
     let (commands_tx, commands_rx) = mpsc::channel(COMMANDS);
@@ -142,7 +146,10 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     })
 }
 
-fn push_task(aux: &std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>, task: tokio::task::JoinHandle<()>) {
+fn push_task(
+    aux: &std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    task: tokio::task::JoinHandle<()>,
+) {
     if let Ok(mut tasks) = aux.lock() {
         // Finished tasks (closed links, dials) need not be kept.
         tasks.retain(|t| !t.is_finished());
@@ -164,7 +171,8 @@ impl Driver {
         mut udp_events: Option<mpsc::Receiver<UdpEvent>>,
     ) {
         loop {
-            let deadline = self.epoch + std::time::Duration::from_nanos(self.overlay.poll_timeout().as_nanos());
+            let deadline = self.epoch
+                + std::time::Duration::from_nanos(self.overlay.poll_timeout().as_nanos());
             tokio::select! {
                 command = commands.recv() => {
                     let Some(command) = command else { break };
@@ -238,7 +246,11 @@ impl Driver {
         match event {
             LinkEvent::QuicUp(link) => {
                 let peer = link.peer();
-                let task = spawn_quic_driver(link.clone(), self.inbound_tx.clone(), self.link_events_tx.clone());
+                let task = spawn_quic_driver(
+                    link.clone(),
+                    self.inbound_tx.clone(),
+                    self.link_events_tx.clone(),
+                );
                 push_task(&self.aux, task);
                 self.links.live.insert(peer, LinkRef::Quic(link));
                 self.overlay.link_up(peer, now);
@@ -284,6 +296,9 @@ impl Driver {
                     owner_drops: self.owner_drops,
                 });
             }
+            Command::CircuitIds(reply) => {
+                let _ = reply.send(self.overlay.link_circuit_ids());
+            }
             Command::Shutdown(done) => return Some(done),
         }
         None
@@ -297,7 +312,10 @@ impl Driver {
         reply: oneshot::Sender<Result<Circuit, Error>>,
     ) {
         let now_unix = unix_now();
-        let path = match self.selector.select(&self.directory, &req, now_unix, &mut self.rng) {
+        let path = match self
+            .selector
+            .select(&self.directory, &req, now_unix, &mut self.rng)
+        {
             Ok(path) => path,
             Err(e) => {
                 let _ = reply.send(Err(Error::Path(e)));
@@ -311,7 +329,10 @@ impl Driver {
                 .get(node)
                 .and_then(|d| d.onion_key(now_unix).cloned());
             match key {
-                Some(onion_key) => specs.push(HopSpec { node: *node, onion_key }),
+                Some(onion_key) => specs.push(HopSpec {
+                    node: *node,
+                    onion_key,
+                }),
                 None => {
                     let _ = reply.send(Err(Error::BadPath {
                         reason: "a chosen relay has no valid onion key".into(),
@@ -323,7 +344,14 @@ impl Driver {
         let now = self.now();
         match self.overlay.build(specs, now) {
             Ok(handle) => {
-                self.builds.insert(handle, PendingBuild { req, attempt, reply });
+                self.builds.insert(
+                    handle,
+                    PendingBuild {
+                        req,
+                        attempt,
+                        reply,
+                    },
+                );
             }
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -341,7 +369,12 @@ impl Driver {
                     }
                 }
                 Output::Control { to, msg } => {
-                    if !self.links.live.get(&to).is_some_and(|l| l.send_control(msg)) {
+                    if !self
+                        .links
+                        .live
+                        .get(&to)
+                        .is_some_and(|l| l.send_control(msg))
+                    {
                         self.send_failures += 1;
                     }
                 }
@@ -374,7 +407,10 @@ impl Driver {
         } else if let Some(udp) = &self.udp {
             let key = Box::new(desc.link_key().clone());
             self.links.udp_dials.insert(addr, peer);
-            if udp.try_send(UdpCommand::Connect { peer, key, addr }).is_err() {
+            if udp
+                .try_send(UdpCommand::Connect { peer, key, addr })
+                .is_err()
+            {
                 self.links.udp_dials.remove(&addr);
                 self.overlay.connect_failed(peer, now);
             }
@@ -437,7 +473,11 @@ impl Driver {
             }
             Event::Data { circuit, payload } => self.to_owner(circuit, payload),
             Event::ExitData { exit, payload } => {
-                if self.exits_tx.try_send(ExitRequest { exit, payload }).is_err() {
+                if self
+                    .exits_tx
+                    .try_send(ExitRequest { exit, payload })
+                    .is_err()
+                {
                     self.owner_drops += 1;
                 }
             }

@@ -283,6 +283,7 @@ enum Command {
         payload: Bytes,
     },
     Stats(oneshot::Sender<NodeStats>),
+    CircuitIds(oneshot::Sender<Vec<(NodeId, u32)>>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -318,6 +319,13 @@ impl NodeHandle {
     pub async fn stats(&self) -> Result<NodeStats, Error> {
         let (reply, rx) = oneshot::channel();
         self.command(Command::Stats(reply)).await?;
+        rx.await.map_err(|_| Error::NodeStopped)
+    }
+
+    /// Every circuit id in use on this node's links, with the peer (diagnostics).
+    pub async fn link_circuit_ids(&self) -> Result<Vec<(NodeId, u32)>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::CircuitIds(reply)).await?;
         rx.await.map_err(|_| Error::NodeStopped)
     }
 

@@ -64,7 +64,9 @@ mod tests {
         assert_eq!(a[..2], [1, 7]);
         assert!(b.iter().all(|&x| x == 0));
         // Many more than one region, some kept alive: still correct.
-        let kept: Vec<_> = (0..200u8).map(|i| arena.copy_of(&[i; 16]).freeze()).collect();
+        let kept: Vec<_> = (0..200u8)
+            .map(|i| arena.copy_of(&[i; 16]).freeze())
+            .collect();
         for (i, cell) in kept.iter().enumerate() {
             assert!(cell.iter().all(|&x| usize::from(x) == i));
         }

@@ -86,7 +86,8 @@ impl Overlay {
             },
         );
         self.io.insert_slot((entry, circ), Slot::Client(id), now);
-        self.io.send_control(entry, &Control::Create { circ, create }, now);
+        self.io
+            .send_control(entry, &Control::Create { circ, create }, now);
         Ok(CircuitHandle(id))
     }
 
@@ -109,7 +110,10 @@ impl Overlay {
 
     /// Close one of this node's circuits (DESTROY towards the exit; no event follows).
     pub fn close(&mut self, circuit: CircuitHandle, now: Timestamp) -> Result<(), Error> {
-        let c = self.clients.remove(&circuit.0).ok_or(Error::NoSuchCircuit)?;
+        let c = self
+            .clients
+            .remove(&circuit.0)
+            .ok_or(Error::NoSuchCircuit)?;
         self.client_forget(&c, Some(DestroyReason::Requested), now);
         Ok(())
     }
@@ -126,11 +130,11 @@ impl Overlay {
         let mut buf = self.io.arena.zeroed();
         buf[..CIRC_ID_LEN].copy_from_slice(&c.circ.to_be_bytes());
         let at = CIRC_ID_LEN + FORWARD_PAYLOAD_OFFSET;
-        wire::write_relay(&mut buf[at..at + FORWARD_PAYLOAD_LEN], command, body).map_err(
-            |e| Error::BadPath {
+        wire::write_relay(&mut buf[at..at + FORWARD_PAYLOAD_LEN], command, body).map_err(|e| {
+            Error::BadPath {
                 reason: e.to_string(),
-            },
-        )?;
+            }
+        })?;
         c.onion.wrap(dest, &mut buf[CIRC_ID_LEN..])?;
         let entry = c.entry();
         let mut unused = 0;
@@ -192,8 +196,7 @@ impl Overlay {
         let fragments = wire::extend_fragments(c.handshakes, &spec.node, &create);
         c.state = BuildState::Extending { hop: next, sent };
         for fragment in fragments {
-            if let Err(e) = self.client_send_relay(id, next - 1, RelayCommand::Extend, &fragment)
-            {
+            if let Err(e) = self.client_send_relay(id, next - 1, RelayCommand::Extend, &fragment) {
                 tracing::debug!(error = %e, "cannot send EXTEND");
                 return self.client_lost(id, DestroyReason::ResourceLimit, None, true, now);
             }
@@ -210,8 +213,7 @@ impl Overlay {
             Ok(d) => d,
             Err(e) => return self.io.count_refused(&e),
         };
-        let range =
-            delivered.payload.start + CIRC_ID_LEN..delivered.payload.end + CIRC_ID_LEN;
+        let range = delivered.payload.start + CIRC_ID_LEN..delivered.payload.end + CIRC_ID_LEN;
         let Ok((command, body)) = wire::read_relay(&buf[range.clone()]) else {
             self.io.stats.protocol_errors += 1;
             return;

@@ -371,6 +371,12 @@ impl Overlay {
         self.clients.len()
     }
 
+    /// Every circuit id in use on this node's links, with the peer it is shared with
+    /// (diagnostics: the control API lists them; tests look for them on the wire).
+    pub fn link_circuit_ids(&self) -> Vec<(NodeId, u32)> {
+        self.io.slots.keys().copied().collect()
+    }
+
     /// The path of one of this node's circuits.
     pub fn path(&self, circuit: CircuitHandle) -> Option<Vec<NodeId>> {
         self.clients.get(&circuit.0).map(ClientCirc::path)
@@ -516,8 +522,7 @@ impl Io {
             self.stats.dropped_queue_full += 1;
             return false;
         };
-        if !link.up || link.queued >= self.link_queue_cells || *queued >= self.circuit_queue_cells
-        {
+        if !link.up || link.queued >= self.link_queue_cells || *queued >= self.circuit_queue_cells {
             self.stats.dropped_queue_full += 1;
             return false;
         }

@@ -8,9 +8,7 @@
 use nyx_core::rate::Limiter;
 use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::hop::{CREATE_LEN, CREATED_LEN, HopResponder};
-use nyx_crypto::onion::{
-    BACKWARD_PAYLOAD_LEN, BACKWARD_PAYLOAD_OFFSET, Peeled, RelayHop,
-};
+use nyx_crypto::onion::{BACKWARD_PAYLOAD_LEN, BACKWARD_PAYLOAD_OFFSET, Peeled, RelayHop};
 
 use super::wire::{
     self, CIRC_ID_LEN, Control, DestroyReason, EXTEND_LEN, FRAGMENT_CAPACITY, RelayCommand,
@@ -70,7 +68,8 @@ impl Overlay {
     ) {
         let refuse = |this: &mut Self, reason| {
             this.io.stats.creates_refused += 1;
-            this.io.send_control(from, &Control::Destroy { circ, reason }, now);
+            this.io
+                .send_control(from, &Control::Destroy { circ, reason }, now);
         };
         if self.io.slots.contains_key(&(from, circ)) || !self.in_peer_half(from, circ) {
             self.io.stats.bad_control += 1;
@@ -281,7 +280,8 @@ impl Overlay {
             };
         }
         self.io.insert_slot((next, circ), Slot::RelayNext(id), now);
-        self.io.send_control(next, &Control::Create { circ, create }, now);
+        self.io
+            .send_control(next, &Control::Create { circ, create }, now);
     }
 
     /// CREATED from the next relay: the circuit is extended; tell the client.
@@ -306,7 +306,12 @@ impl Overlay {
     }
 
     /// DESTROY from the previous hop (or its link died): gone, and onwards.
-    pub(super) fn relay_destroy_from_prev(&mut self, id: u64, reason: DestroyReason, now: Timestamp) {
+    pub(super) fn relay_destroy_from_prev(
+        &mut self,
+        id: u64,
+        reason: DestroyReason,
+        now: Timestamp,
+    ) {
         self.relay_destroy_towards_next(id, reason, now);
     }
 
@@ -315,7 +320,8 @@ impl Overlay {
         if let Some(c) = self.relays.get(&id) {
             let (peer, circ) = c.prev;
             if self.io.links.get(&peer).is_some_and(|l| l.up) {
-                self.io.send_control(peer, &Control::Destroy { circ, reason }, now);
+                self.io
+                    .send_control(peer, &Control::Destroy { circ, reason }, now);
             }
         }
         self.relay_destroy_towards_next(id, reason, now);
@@ -330,7 +336,8 @@ impl Overlay {
             NextHop::Pending { peer, circ, .. } | NextHop::Open { peer, circ } => {
                 self.io.remove_slot((peer, circ));
                 if self.io.links.get(&peer).is_some_and(|l| l.up) {
-                    self.io.send_control(peer, &Control::Destroy { circ, reason }, now);
+                    self.io
+                        .send_control(peer, &Control::Destroy { circ, reason }, now);
                 }
             }
             NextHop::None | NextHop::Truncated { .. } => {}
@@ -361,8 +368,7 @@ impl Overlay {
         let mut gone = Vec::new();
         let mut destroy = Vec::new();
         for (id, c) in &mut self.relays {
-            if c
-                .extend
+            if c.extend
                 .as_ref()
                 .is_some_and(|r| now >= r.started + self.config.build_timeout)
             {
@@ -370,9 +376,7 @@ impl Overlay {
             }
             match c.next {
                 NextHop::Pending { deadline, .. } if now >= deadline => gone.push(*id),
-                NextHop::Truncated { since }
-                    if now >= since + self.config.truncated_grace =>
-                {
+                NextHop::Truncated { since } if now >= since + self.config.truncated_grace => {
                     destroy.push((*id, DestroyReason::LinkLost));
                 }
                 _ if now >= c.last_active + self.config.relay_idle_timeout => {

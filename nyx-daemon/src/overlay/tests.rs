@@ -195,7 +195,10 @@ fn data_of(events: &[Event], circuit: CircuitHandle) -> Vec<Vec<u8>> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Data { circuit: c, payload } if *c == circuit => Some(payload.to_vec()),
+            Event::Data {
+                circuit: c,
+                payload,
+            } if *c == circuit => Some(payload.to_vec()),
             _ => None,
         })
         .collect()
@@ -215,7 +218,9 @@ fn three_hop_circuit_builds_and_echoes() {
         net.nodes[0].overlay.send(c, &payload).unwrap();
         net.settle();
         let exit_events = net.events(3);
-        assert!(matches!(&exit_events[..], [Event::ExitData { payload: p, .. }] if p[..] == payload[..]));
+        assert!(
+            matches!(&exit_events[..], [Event::ExitData { payload: p, .. }] if p[..] == payload[..])
+        );
         assert_eq!(data_of(&net.events(0), c), vec![payload]);
     }
     // Only the exit saw payloads; the others relayed.
@@ -231,7 +236,9 @@ fn one_and_two_hop_circuits_work_too() {
     let one = net.build(0, &[1]);
     let two = net.build(0, &[2, 3]);
     let ev = net.events(0);
-    assert!(ev.contains(&Event::Built { circuit: one }) && ev.contains(&Event::Built { circuit: two }));
+    assert!(
+        ev.contains(&Event::Built { circuit: one }) && ev.contains(&Event::Built { circuit: two })
+    );
     net.nodes[0].overlay.send(one, b"one").unwrap();
     net.nodes[0].overlay.send(two, b"two").unwrap();
     net.settle();
@@ -246,11 +253,21 @@ fn many_circuits_share_relays() {
     let mut circuits = Vec::new();
     for k in 0..20 {
         let hops = [1 + k % 5, 1 + (k + 1) % 5, 1 + (k + 2) % 5];
-        let client = if k % 2 == 0 { 0 } else { hops.iter().map(|h| h % 5 + 1).find(|c| !hops.contains(c)).unwrap() };
+        let client = if k % 2 == 0 {
+            0
+        } else {
+            hops.iter()
+                .map(|h| h % 5 + 1)
+                .find(|c| !hops.contains(c))
+                .unwrap()
+        };
         circuits.push((client, net.build(client, &hops)));
     }
     for (k, (client, c)) in circuits.iter().enumerate() {
-        net.nodes[*client].overlay.send(*c, format!("circuit {k}").as_bytes()).unwrap();
+        net.nodes[*client]
+            .overlay
+            .send(*c, format!("circuit {k}").as_bytes())
+            .unwrap();
     }
     net.settle();
     let mut all = Vec::new();
@@ -262,7 +279,11 @@ fn many_circuits_share_relays() {
         let got: Vec<_> = all
             .iter()
             .filter_map(|e| match e {
-                Event::Data { circuit, payload } if circuit == c && payload[..] == *format!("circuit {k}").as_bytes() => Some(()),
+                Event::Data { circuit, payload }
+                    if circuit == c && payload[..] == *format!("circuit {k}").as_bytes() =>
+                {
+                    Some(())
+                }
                 _ => None,
             })
             .collect();
@@ -302,14 +323,19 @@ fn replayed_cells_are_dropped() {
     let mut net = Net::new(4);
     let c = net.build(0, &[1, 2, 3]);
     net.events(0);
-    net.tap = Some(Box::new(|_, _, msg| if matches!(msg, Msg::Cell(_)) { 2 } else { 1 }));
+    net.tap = Some(Box::new(
+        |_, _, msg| if matches!(msg, Msg::Cell(_)) { 2 } else { 1 },
+    ));
     net.nodes[0].overlay.send(c, b"once").unwrap();
     net.settle();
     // Every hop refused the second copy of the forward cell; the client refused the second
     // copy of each backward cell (the relays re-wrap duplicates with fresh counters, but the
     // exit's origin counter repeats).
     for i in 1..=3 {
-        assert!(net.nodes[i].overlay.stats().dropped_replayed >= 1, "relay {i}");
+        assert!(
+            net.nodes[i].overlay.stats().dropped_replayed >= 1,
+            "relay {i}"
+        );
     }
     let echoes = data_of(&net.events(0), c);
     assert_eq!(echoes, vec![b"once".to_vec()]);
@@ -332,7 +358,14 @@ fn garbage_and_strangers_are_counted_not_fatal() {
     relay.handle_control(stranger, &[], now);
     relay.handle_control(stranger, &[42, 1, 2], now);
     let s = relay.stats();
-    assert_eq!((s.dropped_malformed, s.dropped_unknown_circuit, s.bad_control), (2, 1, 2));
+    assert_eq!(
+        (
+            s.dropped_malformed,
+            s.dropped_unknown_circuit,
+            s.bad_control
+        ),
+        (2, 1, 2)
+    );
     net.nodes[0].overlay.send(c, b"still fine").unwrap();
     net.settle();
     assert_eq!(data_of(&net.events(0), c), vec![b"still fine".to_vec()]);
@@ -391,11 +424,21 @@ fn silent_hop_times_out_the_build() {
     let mut net = Net::new(4);
     let exit = net.nodes[3].id;
     // Every CREATE to the exit is lost.
-    net.tap = Some(Box::new(move |_, to, msg| usize::from(!(to == exit && matches!(msg, Msg::Control(m) if m[0] == 1)))));
+    net.tap = Some(Box::new(move |_, to, msg| {
+        usize::from(!(to == exit && matches!(msg, Msg::Control(m) if m[0] == 1)))
+    }));
     let c = net.build(0, &[1, 2, 3]);
     net.advance(Duration::from_millis(2100));
     let ev = net.events(0);
-    assert!(ev.contains(&Event::Failed { circuit: c, reason: DestroyReason::Timeout, hop: Some(2), relay: Some(exit) }), "{ev:?}");
+    assert!(
+        ev.contains(&Event::Failed {
+            circuit: c,
+            reason: DestroyReason::Timeout,
+            hop: Some(2),
+            relay: Some(exit)
+        }),
+        "{ev:?}"
+    );
     net.advance(Duration::from_millis(100));
     assert_eq!(net.nodes[1].overlay.relay_circuits(), 0);
     assert_eq!(net.nodes[2].overlay.relay_circuits(), 0);
@@ -410,7 +453,10 @@ fn close_propagates_to_every_hop_and_destroy_reaches_the_owner() {
     for i in 1..=3 {
         assert_eq!(net.nodes[i].overlay.relay_circuits(), 0, "relay {i}");
     }
-    assert!(matches!(net.nodes[0].overlay.send(c, b"x"), Err(Error::NoSuchCircuit)));
+    assert!(matches!(
+        net.nodes[0].overlay.send(c, b"x"),
+        Err(Error::NoSuchCircuit)
+    ));
     // The other way: the middle destroys (e.g. it shuts down); the owner hears the reason.
     let c = net.build(0, &[1, 2, 3]);
     net.events(0);
@@ -422,7 +468,12 @@ fn close_propagates_to_every_hop_and_destroy_reaches_the_owner() {
     net.settle();
     assert_eq!(
         net.events(0),
-        vec![Event::Destroyed { circuit: c, reason: DestroyReason::Shutdown, hop: Some(1), relay: Some(middle_id) }]
+        vec![Event::Destroyed {
+            circuit: c,
+            reason: DestroyReason::Shutdown,
+            hop: Some(1),
+            relay: Some(middle_id)
+        }]
     );
     assert_eq!(net.nodes[3].overlay.relay_circuits(), 0);
 }
@@ -442,7 +493,12 @@ fn circuits_expire_after_their_lifetime_with_warning() {
     net.advance(Duration::from_secs(1));
     assert_eq!(
         net.events(0),
-        vec![Event::Destroyed { circuit: c, reason: DestroyReason::Expired, hop: None, relay: None }]
+        vec![Event::Destroyed {
+            circuit: c,
+            reason: DestroyReason::Expired,
+            hop: None,
+            relay: None
+        }]
     );
     assert_eq!(net.nodes[2].overlay.relay_circuits(), 0);
 }
@@ -459,7 +515,13 @@ fn create_flood_is_rate_limited_per_peer() {
         net.build(0, &[1]);
     }
     for e in net.events(0) {
-        if matches!(e, Event::Failed { reason: DestroyReason::ResourceLimit, .. }) {
+        if matches!(
+            e,
+            Event::Failed {
+                reason: DestroyReason::ResourceLimit,
+                ..
+            }
+        ) {
             failed += 1;
         }
     }
@@ -476,10 +538,22 @@ fn bad_paths_are_refused() {
     let me = net.nodes[0].spec.clone();
     let a = net.nodes[1].spec.clone();
     let o = &mut net.nodes[0].overlay;
-    assert!(matches!(o.build(vec![], Timestamp::ZERO), Err(Error::BadPath { .. })));
-    assert!(matches!(o.build(vec![me], Timestamp::ZERO), Err(Error::BadPath { .. })));
-    assert!(matches!(o.build(vec![a.clone(), a.clone()], Timestamp::ZERO), Err(Error::BadPath { .. })));
-    assert!(matches!(o.build(vec![a.clone(); 4], Timestamp::ZERO), Err(Error::BadPath { .. })));
+    assert!(matches!(
+        o.build(vec![], Timestamp::ZERO),
+        Err(Error::BadPath { .. })
+    ));
+    assert!(matches!(
+        o.build(vec![me], Timestamp::ZERO),
+        Err(Error::BadPath { .. })
+    ));
+    assert!(matches!(
+        o.build(vec![a.clone(), a.clone()], Timestamp::ZERO),
+        Err(Error::BadPath { .. })
+    ));
+    assert!(matches!(
+        o.build(vec![a.clone(); 4], Timestamp::ZERO),
+        Err(Error::BadPath { .. })
+    ));
 }
 
 #[test]
@@ -487,10 +561,16 @@ fn sending_before_built_or_too_much_is_an_error() {
     let mut net = Net::new(4);
     let path = net.path(&[1, 2, 3]);
     let c = net.nodes[0].overlay.build(path, Timestamp::ZERO).unwrap();
-    assert!(matches!(net.nodes[0].overlay.send(c, b"x"), Err(Error::CircuitNotOpen)));
+    assert!(matches!(
+        net.nodes[0].overlay.send(c, b"x"),
+        Err(Error::CircuitNotOpen)
+    ));
     net.settle();
     let big = vec![0u8; MAX_FORWARD_BODY + 1];
-    assert!(matches!(net.nodes[0].overlay.send(c, &big), Err(Error::PayloadTooLarge { .. })));
+    assert!(matches!(
+        net.nodes[0].overlay.send(c, &big),
+        Err(Error::PayloadTooLarge { .. })
+    ));
 }
 
 #[test]
@@ -509,7 +589,9 @@ fn extend_to_the_previous_hop_is_refused() {
     let frags = wire::extend_fragments(9, &prev, &create);
     let client = &mut net.nodes[0].overlay;
     for f in &frags {
-        client.client_send_relay(c.0, 1, wire::RelayCommand::Extend, f).unwrap_or_else(|_| ());
+        client
+            .client_send_relay(c.0, 1, wire::RelayCommand::Extend, f)
+            .unwrap_or_else(|_| ());
     }
     // The circuit is already extended at hop 2? No: hop 2 is the last hop, not yet extended.
     net.settle();

@@ -334,7 +334,11 @@ impl RelayCommand {
 
 /// Write a relay message into an onion payload region, zeroing the rest of it. The caller
 /// checked `body.len()` against the region (`payload.len() - 3`).
-pub fn write_relay(payload: &mut [u8], command: RelayCommand, body: &[u8]) -> Result<(), WireError> {
+pub fn write_relay(
+    payload: &mut [u8],
+    command: RelayCommand,
+    body: &[u8],
+) -> Result<(), WireError> {
     if body.len() + RELAY_HEADER_LEN > payload.len() {
         return Err(WireError::Length {
             what: "relay message body",
@@ -470,13 +474,32 @@ mod tests {
 
     #[test]
     fn control_refuses_bad_input() {
-        assert!(matches!(Control::decode(&[]), Err(WireError::Length { .. })));
-        assert!(matches!(Control::decode(&[99]), Err(WireError::UnknownType { value: 99, .. })));
-        assert!(matches!(Control::decode(&[CTRL_DESTROY, 0, 0, 0, 0, 1]), Err(WireError::ZeroCircuitId)));
-        assert!(matches!(Control::decode(&[CTRL_PING, 0]), Err(WireError::Length { .. })));
-        let mut create = Control::Create { circ: 1, create: Box::new([0; CREATE_LEN]) }.encode();
+        assert!(matches!(
+            Control::decode(&[]),
+            Err(WireError::Length { .. })
+        ));
+        assert!(matches!(
+            Control::decode(&[99]),
+            Err(WireError::UnknownType { value: 99, .. })
+        ));
+        assert!(matches!(
+            Control::decode(&[CTRL_DESTROY, 0, 0, 0, 0, 1]),
+            Err(WireError::ZeroCircuitId)
+        ));
+        assert!(matches!(
+            Control::decode(&[CTRL_PING, 0]),
+            Err(WireError::Length { .. })
+        ));
+        let mut create = Control::Create {
+            circ: 1,
+            create: Box::new([0; CREATE_LEN]),
+        }
+        .encode();
         create.pop();
-        assert!(matches!(Control::decode(&create), Err(WireError::Length { .. })));
+        assert!(matches!(
+            Control::decode(&create),
+            Err(WireError::Length { .. })
+        ));
     }
 
     #[test]
