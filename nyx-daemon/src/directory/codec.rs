@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use super::descriptor::DescriptorError;
+use super::DescriptorError;
 use super::policy::{Action, AddrPattern, ExitPolicy, ExitRule, MAX_RULES, PortRange};
 
 /// Address kind byte: no address.

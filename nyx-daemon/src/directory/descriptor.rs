@@ -27,6 +27,7 @@ use nyx_crypto::identity::{IdentityKey, IdentityPublic, SIGNATURE_LEN};
 use nyx_crypto::kem::{HybridPublicKey, PUBLIC_KEY_LEN};
 use nyx_crypto::onion_cert::{CERT_LEN, OnionKeyCert};
 
+use super::DescriptorError;
 use super::codec::{Reader, check_addr, get_addr, get_policy, put_addr, put_policy};
 use super::policy::ExitPolicy;
 
@@ -40,116 +41,6 @@ pub const MAX_CLOCK_SKEW: u64 = 300;
 pub const MAX_NICKNAME_LEN: usize = 32;
 /// Most onion-key certificates in one descriptor (the current key and the next).
 pub const MAX_ONION_CERTS: usize = 2;
-
-/// Why a descriptor (or a directory line) was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DescriptorError {
-    /// The version byte is not one this code reads.
-    #[error("unsupported descriptor version {version}")]
-    UnsupportedVersion {
-        /// The version byte.
-        version: u8,
-    },
-    /// The bytes end inside a field.
-    #[error("truncated in {field}: needs {needed} more bytes, {remaining} left")]
-    Truncated {
-        /// The field being read.
-        field: &'static str,
-        /// Bytes the field needs.
-        needed: usize,
-        /// Bytes that were left.
-        remaining: usize,
-    },
-    /// A field holds a value that cannot be right.
-    #[error("malformed {field}: {reason}")]
-    Malformed {
-        /// The field.
-        field: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Bytes follow the signature.
-    #[error("{count} bytes after the signature")]
-    TrailingBytes {
-        /// How many.
-        count: usize,
-    },
-    /// A public key does not parse.
-    #[error("invalid {field}: {reason}")]
-    BadKey {
-        /// Which key.
-        field: &'static str,
-        /// Why.
-        reason: nyx_crypto::Error,
-    },
-    /// The signature does not verify under the descriptor's identity key.
-    #[error("bad signature")]
-    BadSignature,
-    /// Neither a QUIC nor a UDP address.
-    #[error("no address")]
-    NoAddress,
-    /// Bandwidth weight 0.
-    #[error("bandwidth weight is 0")]
-    ZeroBandwidth,
-    /// The validity period ends before it starts.
-    #[error("valid until {valid_until} is not after published {published}")]
-    BadValidity {
-        /// Publication time (Unix seconds).
-        published: u64,
-        /// End of validity (Unix seconds).
-        valid_until: u64,
-    },
-    /// Published more than [`MAX_CLOCK_SKEW`] in the future.
-    #[error("published at {published}, in the future (now {now})")]
-    NotYetValid {
-        /// Publication time.
-        published: u64,
-        /// The time it was checked at.
-        now: u64,
-    },
-    /// Validity ended.
-    #[error("expired at {valid_until} (now {now})")]
-    Expired {
-        /// End of validity.
-        valid_until: u64,
-        /// The time it was checked at.
-        now: u64,
-    },
-    /// An onion-key certificate does not verify under the descriptor's identity (another
-    /// relay's certificate, a bad signature, a bad key).
-    #[error("onion-key certificate {index}: {reason}")]
-    BadOnionCert {
-        /// Its position (0-based).
-        index: usize,
-        /// Why.
-        reason: nyx_crypto::Error,
-    },
-    /// No onion key is valid at the time of checking.
-    #[error("no onion key valid at {now}")]
-    NoValidOnionKey {
-        /// The time it was checked at.
-        now: u64,
-    },
-    /// A directory line's base64 does not decode.
-    #[error("bad base64: {reason}")]
-    BadBase64 {
-        /// The decoder's description.
-        reason: String,
-    },
-    /// A second descriptor for a node already in the directory.
-    #[error("duplicate descriptor for node {node_id}")]
-    DuplicateNodeId {
-        /// The node.
-        node_id: NodeId,
-    },
-    /// A directory line that is not a descriptor.
-    #[error("unknown directory line keyword {keyword:?}")]
-    UnknownKeyword {
-        /// The first word of the line (at most 32 characters).
-        keyword: String,
-    },
-}
 
 /// A verified relay descriptor. Immutable; [`as_bytes`](Self::as_bytes) is what was signed
 /// (plus the signature).

@@ -19,7 +19,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use nyx_core::NodeId;
 
-use super::descriptor::{Descriptor, DescriptorError};
+use super::DescriptorError;
+use super::descriptor::Descriptor;
 
 /// The header line keyword.
 const HEADER: &str = "nyx-directory";

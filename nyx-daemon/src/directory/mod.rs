@@ -8,14 +8,16 @@
 mod codec;
 mod descriptor;
 mod document;
+mod error;
 mod policy;
 pub mod testnet;
 
 pub use descriptor::{
-    Descriptor, DescriptorBuilder, DescriptorError, MAX_CLOCK_SKEW, MAX_NICKNAME_LEN,
-    MAX_ONION_CERTS, SIGNATURE_CONTEXT, VERSION,
+    Descriptor, DescriptorBuilder, MAX_CLOCK_SKEW, MAX_NICKNAME_LEN, MAX_ONION_CERTS,
+    SIGNATURE_CONTEXT, VERSION,
 };
 pub use document::{Directory, DirectoryError, Rejected};
+pub use error::DescriptorError;
 pub(crate) use policy::canonical;
 pub use policy::{
     Action, AddrPattern, ExitPolicy, ExitRule, ExitTarget, MAX_RULES, PolicyError, PortRange,

@@ -164,20 +164,39 @@ fn an_unreachable_guard_is_skipped_then_retried() {
         .unwrap();
     assert_eq!(path.entry(), Some(guards[0]));
     assert_eq!(sel.guards(), guards);
+}
 
-    // Every guard unreachable and no more may be sampled: no guard.
-    let small = super::tests::dir(3);
+#[test]
+fn fallback_guards_are_bounded_then_no_guard() {
+    let dir = dir(12);
     let mut sel = selector(2);
-    sel.select(&small, &ExitRequirement::Any, T0, &mut rng)
-        .unwrap();
-    for g in sel.guards() {
-        sel.mark_unreachable(g, T0);
+    let mut rng = StdRng::seed_from_u64(10);
+    let mut t = T0;
+    loop {
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, t, &mut rng)
+            .unwrap();
+        // The first guard, then each new one as soon as every earlier one is unreachable.
+        let guards = sel.guards();
+        let expected = if t == T0 {
+            guards.first()
+        } else {
+            guards.last()
+        };
+        assert_eq!(path.entry(), expected.copied());
+        for g in sel.guards() {
+            sel.mark_unreachable(g, t);
+        }
+        assert_eq!(sel.guard(), None);
+        if sel.guards().len() == 8 {
+            break;
+        }
+        t += 1;
     }
-    // Marking the guards leaves no reachable relay at all: no exit either.
-    assert!(matches!(
-        sel.select(&small, &ExitRequirement::Any, T0, &mut rng),
-        Err(PathError::NoExit { .. })
-    ));
+    assert_eq!(
+        sel.select(&dir, &ExitRequirement::Any, t, &mut rng),
+        Err(PathError::NoGuard)
+    );
 }
 
 #[test]
