@@ -471,7 +471,7 @@ impl Driver {
                     let _ = tx.try_send(CircuitMessage::Expiring);
                 }
             }
-            Event::Data { circuit, payload } => self.to_owner(circuit, payload),
+            Event::Data { circuit, payload } => self.deliver_to_owner(circuit, payload),
             Event::ExitData { exit, payload } => {
                 if self
                     .exits_tx
@@ -485,7 +485,7 @@ impl Driver {
         }
     }
 
-    fn to_owner(&mut self, circuit: CircuitHandle, payload: Bytes) {
+    fn deliver_to_owner(&mut self, circuit: CircuitHandle, payload: Bytes) {
         match self.circuits.get(&circuit) {
             Some(tx) if tx.try_send(CircuitMessage::Data(payload)).is_ok() => {}
             _ => self.owner_drops += 1,

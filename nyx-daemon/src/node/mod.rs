@@ -108,7 +108,7 @@ impl Default for NodeSettings {
 #[derive(Debug)]
 enum Bound {
     Quic(QuicEndpoint),
-    Udp(UdpTransport),
+    Udp(Box<UdpTransport>),
 }
 
 /// A node with its socket bound, not yet running: publish its descriptor, then
@@ -155,7 +155,7 @@ impl BoundNode {
                 if let Some(tap) = &settings.tap {
                     udp.set_tap(tap.clone())?;
                 }
-                Bound::Udp(udp)
+                Bound::Udp(Box::new(udp))
             }
         };
         let addr = match &bound {
