@@ -6,15 +6,13 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
-use nyx_daemon::directory::{Directory, ExitPolicy};
-use nyx_daemon::node::{
-    BoundNode, Circuit, CircuitMessage, Node, NodeKeys, NodeSettings, unix_now,
-};
+use nyx_daemon::node::testnet::{LocalTestnet, LocalTestnetSpec};
+use nyx_daemon::node::{Circuit, CircuitMessage, Node, NodeSettings};
 use nyx_daemon::overlay::OverlayConfig;
 use nyx_daemon::path::{ExitRequirement, PathConfig};
 use nyx_transport::fault::WireTap;
@@ -23,15 +21,13 @@ use tokio::time::timeout;
 const WAIT: Duration = Duration::from_secs(15);
 
 struct Testnet {
-    nodes: Vec<Option<Node>>,
+    inner: LocalTestnet,
     ids: Vec<NodeId>,
     addrs: Vec<SocketAddr>,
 }
 
-fn settings(transport: TransportKind, ip: Ipv4Addr, tap: Option<WireTap>) -> NodeSettings {
+fn settings(tap: Option<WireTap>) -> NodeSettings {
     NodeSettings {
-        transport,
-        listen: SocketAddr::from((ip, 0)),
         overlay: OverlayConfig {
             build_timeout: Duration::from_secs(5),
             keepalive: Duration::from_millis(500),
@@ -50,48 +46,23 @@ fn settings(transport: TransportKind, ip: Ipv4Addr, tap: Option<WireTap>) -> Nod
 
 /// `n` nodes on 127.0.<net>.1..=n, every one a relay and an echoing exit.
 async fn testnet(transport: TransportKind, net: u8, n: u8, tap: Option<WireTap>) -> Testnet {
-    let now = unix_now();
-    let mut bound = Vec::new();
-    for i in 1..=n {
-        let keys = NodeKeys::generate(now).unwrap();
-        let ip = Ipv4Addr::new(127, 0, net, i);
-        bound.push(BoundNode::bind(keys, settings(transport, ip, tap.clone())).unwrap());
+    let spec = LocalTestnetSpec {
+        nodes: n,
+        net,
+        settings: settings(tap),
+        ..LocalTestnetSpec::default()
+    };
+    let inner = LocalTestnet::start(spec, transport).await.unwrap();
+    Testnet {
+        ids: inner.ids.clone(),
+        addrs: inner.addrs.clone(),
+        inner,
     }
-    let descriptors = bound
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            b.descriptor(
-                &format!("node{i}"),
-                ExitPolicy::loopback_only(),
-                100,
-                now,
-                Duration::from_secs(3600),
-            )
-            .unwrap()
-        })
-        .collect();
-    let directory = Directory::from_descriptors(descriptors).unwrap();
-    let ids = bound.iter().map(BoundNode::node_id).collect();
-    let addrs = bound.iter().map(BoundNode::local_addr).collect();
-    let mut nodes = Vec::new();
-    for b in bound {
-        let mut node = b.start(directory.clone()).unwrap();
-        let mut exits = node.take_exit_requests().unwrap();
-        let handle = node.handle();
-        tokio::spawn(async move {
-            while let Some(req) = exits.recv().await {
-                let _ = handle.reply(req.exit, &req.payload).await;
-            }
-        });
-        nodes.push(Some(node));
-    }
-    Testnet { nodes, ids, addrs }
 }
 
 impl Testnet {
     fn node(&self, i: usize) -> &Node {
-        self.nodes[i].as_ref().unwrap()
+        self.inner.node(i).unwrap()
     }
 
     async fn circuit(&self, client: usize) -> Circuit {
@@ -103,7 +74,7 @@ impl Testnet {
     }
 
     fn index(&self, id: &NodeId) -> usize {
-        self.ids.iter().position(|x| x == id).unwrap()
+        self.inner.index(id).unwrap()
     }
 }
 
@@ -299,7 +270,7 @@ async fn vanished_middle(transport: TransportKind, net: u8) {
     echo(&mut c, b"before").await;
     let middle = c.path()[1];
     let m = t.index(&middle);
-    t.nodes[m].take().unwrap().kill();
+    t.inner.nodes[m].take().unwrap().kill();
     // Reported within a bounded time: the link timeout (2 s) plus slack.
     let msg = timeout(Duration::from_secs(10), async {
         loop {

@@ -7,6 +7,7 @@
 
 mod driver;
 mod links;
+pub mod testnet;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
