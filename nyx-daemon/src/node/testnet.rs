@@ -1,4 +1,4 @@
-//! A local network of nodes in one process on 127.0.<net>.1..=n: every node a relay and an
+//! A local network of nodes in one process on `127.0.<net>.1..=n`: every node a relay and an
 //! exit, a directory made from their descriptors. Tests and benchmarks use it; `nyx testnet`
 //! (issue 8) runs the same thing as separate processes.
 

@@ -1,6 +1,6 @@
 //! The overlay's protocol core, sans-IO: circuits as their owner builds and uses them
-//! ([`client`]), circuits as a relay carries them ([`relay`]), and the links between nodes
-//! ([`links`]). It takes cells and control messages with the time they arrived and returns
+//! (`client.rs`), circuits as a relay carries them (`relay.rs`), and the links between nodes
+//! (`links.rs`). It takes cells and control messages with the time they arrived and returns
 //! what to send ([`Output`]), what happened ([`Event`]) and when to call it again
 //! ([`Overlay::poll_timeout`]); it opens no socket and reads no clock. The async driver in
 //! [`crate::node`] owns the transports and timers.
