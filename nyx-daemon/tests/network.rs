@@ -27,11 +27,17 @@ struct Testnet {
 }
 
 fn settings(tap: Option<WireTap>) -> NodeSettings {
+    // Short probes so a vanished relay is noticed quickly; with a tap (the wire check) long
+    // ones, so that no PING on an idle link joins the cells under inspection.
+    let (keepalive, link_timeout) = match tap {
+        None => (Duration::from_millis(500), Duration::from_secs(2)),
+        Some(_) => (Duration::from_secs(30), Duration::from_secs(60)),
+    };
     NodeSettings {
         overlay: OverlayConfig {
             build_timeout: Duration::from_secs(5),
-            keepalive: Duration::from_millis(500),
-            link_timeout: Duration::from_secs(2),
+            keepalive,
+            link_timeout,
             timer_granularity: Duration::from_millis(50),
             ..OverlayConfig::default()
         },
