@@ -2,10 +2,8 @@
 //! circuit: no panic, and the circuit still works afterwards.
 #![no_main]
 
-use std::sync::OnceLock;
-
 use libfuzzer_sys::fuzz_target;
-use nyx_core::{NodeId, Timestamp};
+use nyx_core::Timestamp;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
 use nyx_daemon::overlay::{HopSpec, Output, Overlay, OverlayConfig, wire};
@@ -46,10 +44,7 @@ fn setup() -> (Overlay, Overlay, nyx_daemon::overlay::CircuitHandle) {
     (client, relay, c)
 }
 
-static KEYS: OnceLock<()> = OnceLock::new();
-
 fuzz_target!(|data: &[u8]| {
-    KEYS.get_or_init(|| ());
     // Pure decoders first.
     let _ = wire::Control::decode(data);
     let _ = wire::read_relay(data);
@@ -75,7 +70,6 @@ fuzz_target!(|data: &[u8]| {
         while relay.poll_output().is_some() {}
         while relay.poll_event().is_some() {}
     }
-    let _ = NodeId::from_bytes([0; 32]);
     // A fuzzer-made DESTROY may have closed the circuit legitimately; otherwise it works.
     if relay.relay_circuits() == 1 {
         client.send(c, b"still alive").unwrap();
