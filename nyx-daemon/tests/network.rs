@@ -377,3 +377,36 @@ async fn garbage_from_strangers_is_counted_and_harmless() {
     );
     echo(&mut c, b"after").await;
 }
+
+/// A relay in the directory that is down: builds that pick it fail (build timeout), the
+/// node blames it and retries on a new path, and every circuit request still succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempts_are_retried_on_paths_avoiding_the_dead_relay() {
+    let mut t = testnet(TransportKind::Quic, 18, 6, None).await;
+    let dead = t.ids[3];
+    t.inner.nodes[3].take().unwrap().kill();
+    let client = t.node(0).handle();
+    let mut failed_attempts = 0;
+    for _ in 0..30 {
+        let mut c = t.circuit(0).await;
+        assert!(
+            !c.path().contains(&dead),
+            "a built circuit through the dead relay"
+        );
+        echo(&mut c, b"ok").await;
+        failed_attempts = client.stats().await.unwrap().overlay.circuits_failed;
+        if failed_attempts > 0 {
+            break;
+        }
+    }
+    assert!(failed_attempts > 0, "no attempt ever picked the dead relay");
+    // Once blamed, it is avoided: the next builds do not fail again.
+    for _ in 0..5 {
+        let c = t.circuit(0).await;
+        assert!(!c.path().contains(&dead));
+    }
+    assert_eq!(
+        client.stats().await.unwrap().overlay.circuits_failed,
+        failed_attempts
+    );
+}
