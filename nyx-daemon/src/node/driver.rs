@@ -26,7 +26,7 @@ use super::{
 use crate::Error;
 use crate::directory::Directory;
 use crate::overlay::{CircuitHandle, DestroyReason, Event, HopSpec, Output, Overlay};
-use crate::path::{ExitRequirement, PathSelector};
+use crate::path::{ExitRequirement, PathError, PathSelector};
 
 /// Queue sizes between the tasks.
 const COMMANDS: usize = 1024;
@@ -312,10 +312,20 @@ impl Driver {
         reply: oneshot::Sender<Result<Circuit, Error>>,
     ) {
         let now_unix = unix_now();
-        let path = match self
+        let mut selected = self
             .selector
-            .select(&self.directory, &req, now_unix, &mut self.rng)
+            .select(&self.directory, &req, now_unix, &mut self.rng);
+        if matches!(
+            selected,
+            Err(PathError::NotEnoughRelays { .. } | PathError::NoGuard)
+        ) && self.selector.clear_unreachable() > 0
         {
+            tracing::info!("every usable relay was marked unreachable; marks cleared");
+            selected = self
+                .selector
+                .select(&self.directory, &req, now_unix, &mut self.rng);
+        }
+        let path = match selected {
             Ok(path) => path,
             Err(e) => {
                 let _ = reply.send(Err(Error::Path(e)));

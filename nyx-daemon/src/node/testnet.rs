@@ -60,11 +60,15 @@ impl LocalTestnet {
         let mut bound = Vec::new();
         for i in 1..=spec.nodes {
             let keys = NodeKeys::generate(now)?;
-            let settings = NodeSettings {
+            let mut settings = NodeSettings {
                 transport,
                 listen: SocketAddr::from((Ipv4Addr::new(127, 0, spec.net, i), 0)),
                 ..spec.settings.clone()
             };
+            // Every node of a local testnet is in one /24, the UDP transport's unit for its
+            // per-source HELLO limit (10/s by default): raise it so that the nodes dialling
+            // each other at start do not refuse each other.
+            settings.udp.hello_rate_per_source = settings.udp.hello_rate_per_source.max(1000);
             bound.push(BoundNode::bind(keys, settings)?);
         }
         let mut descriptors = Vec::new();

@@ -315,6 +315,16 @@ impl PathSelector {
             .insert(node, now_unix.saturating_add(retry.as_secs()));
     }
 
+    /// Forget every unreachable mark (guards and relays). The node does this when marks
+    /// leave too few relays for any path, as Tor resets its failure marks when none is
+    /// usable: a mark is a guess from one failure, and guessing wrong about all of them
+    /// should not stop the node for `relay_retry`.
+    pub fn clear_unreachable(&mut self) -> usize {
+        let n = self.unreachable.len();
+        self.unreachable.clear();
+        n
+    }
+
     /// The current primary guard: the first sampled guard not marked unreachable at the latest
     /// time passed to [`select`](Self::select) or [`mark_unreachable`](Self::mark_unreachable).
     pub fn guard(&self) -> Option<NodeId> {

@@ -354,3 +354,23 @@ fn selection_is_deterministic_for_a_seed() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn clearing_the_marks_makes_every_relay_usable_again() {
+    let dir = dir(3);
+    let mut sel = selector(3);
+    let mut rng = StdRng::seed_from_u64(9);
+    sel.select(&dir, &ExitRequirement::Any, T0, &mut rng)
+        .unwrap();
+    sel.mark_unreachable(id(2), T0);
+    assert!(matches!(
+        sel.select(&dir, &ExitRequirement::Any, T0 + 1, &mut rng),
+        Err(PathError::NotEnoughRelays { .. } | PathError::NoGuard)
+    ));
+    assert_eq!(sel.clear_unreachable(), 1);
+    assert_eq!(sel.clear_unreachable(), 0);
+    let path = sel
+        .select(&dir, &ExitRequirement::Any, T0 + 2, &mut rng)
+        .unwrap();
+    assert_eq!(path.hops.len(), 3);
+}
