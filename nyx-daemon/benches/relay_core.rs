@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
@@ -207,7 +207,6 @@ fn latency_distribution() {
         samples[N - 1],
         p999.as_secs_f64() / p50.as_secs_f64().max(1e-12)
     );
-    let _ = Duration::ZERO;
 }
 
 fn main() {

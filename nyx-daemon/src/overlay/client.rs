@@ -130,9 +130,10 @@ impl Overlay {
         let mut buf = self.io.arena.zeroed();
         buf[..CIRC_ID_LEN].copy_from_slice(&c.circ.to_be_bytes());
         let at = CIRC_ID_LEN + FORWARD_PAYLOAD_OFFSET;
-        wire::write_relay(&mut buf[at..at + FORWARD_PAYLOAD_LEN], command, body).map_err(|e| {
-            Error::BadPath {
-                reason: e.to_string(),
+        wire::write_relay(&mut buf[at..at + FORWARD_PAYLOAD_LEN], command, body).map_err(|_| {
+            Error::PayloadTooLarge {
+                len: body.len(),
+                max: wire::MAX_FORWARD_BODY,
             }
         })?;
         c.onion.wrap(dest, &mut buf[CIRC_ID_LEN..])?;

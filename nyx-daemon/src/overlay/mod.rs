@@ -236,6 +236,8 @@ pub struct OverlayStats {
     pub dropped_circuit_rate: u64,
     /// Cells dropped because a link or circuit queue was full.
     pub dropped_queue_full: u64,
+    /// Cells dropped because the link to their next hop is not up.
+    pub dropped_no_link: u64,
     /// Authenticated cells with a relay message that breaks the protocol.
     pub protocol_errors: u64,
     /// Control messages that could not be decoded or did not fit the state.
@@ -518,11 +520,11 @@ impl Io {
     /// Queue a cell for `to`, counted against relayed circuit `circuit` (0 = none) whose
     /// queue count is `queued`. Full queues drop the cell.
     fn push_cell(&mut self, to: NodeId, circuit: u64, queued: &mut usize, cell: Bytes) -> bool {
-        let Some(link) = self.links.get_mut(&to) else {
-            self.stats.dropped_queue_full += 1;
+        let Some(link) = self.links.get_mut(&to).filter(|l| l.up) else {
+            self.stats.dropped_no_link += 1;
             return false;
         };
-        if !link.up || link.queued >= self.link_queue_cells || *queued >= self.circuit_queue_cells {
+        if link.queued >= self.link_queue_cells || *queued >= self.circuit_queue_cells {
             self.stats.dropped_queue_full += 1;
             return false;
         }

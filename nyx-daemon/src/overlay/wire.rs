@@ -332,8 +332,8 @@ impl RelayCommand {
     }
 }
 
-/// Write a relay message into an onion payload region, zeroing the rest of it. The caller
-/// checked `body.len()` against the region (`payload.len() - 3`).
+/// Write a relay message into an onion payload region, zeroing the rest of it. A body longer
+/// than the region allows (`payload.len() - 3`) is an error and writes nothing.
 pub fn write_relay(
     payload: &mut [u8],
     command: RelayCommand,
