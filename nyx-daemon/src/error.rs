@@ -58,6 +58,52 @@ pub enum Error {
     /// A cryptographic operation failed.
     #[error(transparent)]
     Crypto(#[from] nyx_crypto::Error),
+    /// Stream settings that cannot work.
+    #[error("stream configuration: {field}: {reason}")]
+    StreamConfig {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// An operation the stream's state or role does not allow.
+    #[error("stream: {reason}")]
+    StreamState {
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// A stream target that is not `host:port`.
+    #[error("bad target {target:?}: {reason}")]
+    BadTarget {
+        /// The target as given.
+        target: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The circuit carries as many streams as allowed.
+    #[error("too many streams on the circuit (at most {max})")]
+    TooManyStreams {
+        /// The limit.
+        max: usize,
+    },
+    /// A write after the stream was finished (half-closed).
+    #[error("the stream was finished; no more writes")]
+    StreamFinished,
+    /// No such stream (closed, or never opened).
+    #[error("no such stream")]
+    NoSuchStream,
+    /// The stream was reset.
+    #[error("stream reset: {reason}")]
+    StreamReset {
+        /// Why.
+        reason: crate::stream::ResetReason,
+    },
+    /// A stream packet that does not parse.
+    #[error("malformed stream packet: {0}")]
+    StreamWire(#[from] crate::stream::wire::WireError),
+    /// Stream error correction failed (exhausted counters, bad configuration).
+    #[error(transparent)]
+    Fec(#[from] nyx_fec::Error),
     /// The configuration file could not be read.
     #[error("cannot read config file {path}: {source}")]
     ConfigRead {

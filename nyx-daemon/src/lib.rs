@@ -17,5 +17,6 @@ mod error;
 pub mod node;
 pub mod overlay;
 pub mod path;
+pub mod stream;
 
 pub use error::Error;

@@ -339,6 +339,22 @@ impl Sender {
         self.blocks.len()
     }
 
+    /// Bytes written into the open block, not yet closed for sending.
+    pub fn unflushed(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Whether a closed block still has symbols waiting for
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn has_pending_symbols(&self) -> bool {
+        self.blocks.iter().any(|b| b.to_send > 0)
+    }
+
+    /// Whether [`write`](Self::write) would accept data now (the window has room).
+    pub fn can_write(&self) -> bool {
+        self.has_room()
+    }
+
     /// Whether everything written was acknowledged as delivered.
     pub fn is_idle(&self) -> bool {
         self.blocks.is_empty() && self.open.is_empty()

@@ -1,0 +1,313 @@
+//! Congestion control of one circuit: a window of cells in flight, set by the queueing
+//! delay the circuit builds (in the spirit of TCP Vegas and Tor's proposal 324), with loss
+//! counted as congestion only when the delay says a queue overflowed. Random loss is
+//! FEC's job, not a reason to slow down (docs/protocol.md, "Congestion control").
+
+use std::time::Duration;
+
+use nyx_core::Timestamp;
+
+/// How a circuit's window moves, in cells. Defaults in brackets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CcConfig {
+    /// Window at the start [32].
+    pub initial_window: u32,
+    /// Never below this [8].
+    pub min_window: u32,
+    /// Never above this [1024]; bounds what a circuit may queue at a relay.
+    pub max_window: u32,
+    /// Below this many cells queued on the path, grow [12].
+    pub alpha: u32,
+    /// Above this many, shrink [24].
+    pub beta: u32,
+    /// Slow start ends once this many are queued [16].
+    pub gamma: u32,
+    /// Above this many, cut the window by 30% at once [64].
+    pub delta: u32,
+    /// How long a minimum RTT stays the base (then the base is re-learned) [10 s].
+    pub base_rtt_lifetime: Duration,
+}
+
+impl Default for CcConfig {
+    fn default() -> Self {
+        CcConfig {
+            initial_window: 32,
+            min_window: 8,
+            max_window: 1024,
+            alpha: 12,
+            beta: 24,
+            gamma: 16,
+            delta: 64,
+            base_rtt_lifetime: Duration::from_secs(10),
+        }
+    }
+}
+
+impl CcConfig {
+    /// The first field that cannot work, with the reason.
+    pub fn problem(&self) -> Option<(&'static str, &'static str)> {
+        if self.min_window == 0 {
+            return Some(("min_window", "must be at least 1"));
+        }
+        if self.max_window < self.min_window {
+            return Some(("max_window", "must be at least min_window"));
+        }
+        if !(self.min_window..=self.max_window).contains(&self.initial_window) {
+            return Some(("initial_window", "must be within min_window..=max_window"));
+        }
+        if !(self.alpha < self.beta && self.beta < self.delta) {
+            return Some(("alpha", "must satisfy alpha < beta < delta"));
+        }
+        if self.base_rtt_lifetime.is_zero() {
+            return Some(("base_rtt_lifetime", "must be positive"));
+        }
+        None
+    }
+}
+
+/// The window controller. Sans-IO: fed acknowledgements, losses and RTT samples.
+#[derive(Debug, Clone)]
+pub struct Vegas {
+    config: CcConfig,
+    cwnd: u32,
+    slow_start: bool,
+    /// Packets to acknowledge before the round ends, and the round's smallest RTT.
+    round_left: u32,
+    round_rtt: Option<Duration>,
+    round_lost: u32,
+    /// Base RTT: the minimum of the current and the previous epoch.
+    base_now: Option<Duration>,
+    base_prev: Option<Duration>,
+    epoch_start: Timestamp,
+    /// Cells estimated queued on the path in the last round.
+    queued: u32,
+    congestion_events: u64,
+}
+
+impl Vegas {
+    /// A controller starting at `now`.
+    pub fn new(config: CcConfig, now: Timestamp) -> Self {
+        Vegas {
+            cwnd: config.initial_window,
+            round_left: config.initial_window,
+            config,
+            slow_start: true,
+            round_rtt: None,
+            round_lost: 0,
+            base_now: None,
+            base_prev: None,
+            epoch_start: now,
+            queued: 0,
+            congestion_events: 0,
+        }
+    }
+
+    /// The window, in cells.
+    pub fn window(&self) -> u32 {
+        self.cwnd
+    }
+
+    /// Cells the last round showed queued on the path.
+    pub fn queued(&self) -> u32 {
+        self.queued
+    }
+
+    /// Whether the window is still doubling.
+    pub fn in_slow_start(&self) -> bool {
+        self.slow_start
+    }
+
+    /// Rounds that ended in a cut (heavy queueing, or loss with queueing).
+    pub fn congestion_events(&self) -> u64 {
+        self.congestion_events
+    }
+
+    /// The base RTT currently used.
+    pub fn base_rtt(&self) -> Option<Duration> {
+        match (self.base_now, self.base_prev) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// `acked` in-flight packets were acknowledged and `lost` declared lost; `rtt` is the
+    /// sample that came with them, if any.
+    pub fn on_settled(&mut self, acked: u32, lost: u32, rtt: Option<Duration>, now: Timestamp) {
+        if let Some(sample) = rtt {
+            self.sample(sample, now);
+        }
+        self.round_lost += lost;
+        self.round_left = self.round_left.saturating_sub(acked + lost);
+        if self.round_left == 0 {
+            self.end_round();
+        }
+    }
+
+    /// Nothing was acknowledged for a probe timeout: the path may have changed or be
+    /// overloaded; restart cautiously.
+    pub fn on_timeout(&mut self) {
+        self.cwnd = (self.cwnd / 2).max(self.config.min_window);
+        self.slow_start = false;
+        self.round_left = self.cwnd;
+        self.round_rtt = None;
+        self.round_lost = 0;
+        self.congestion_events += 1;
+    }
+
+    fn sample(&mut self, rtt: Duration, now: Timestamp) {
+        if now
+            >= self
+                .epoch_start
+                .saturating_add(self.config.base_rtt_lifetime)
+        {
+            self.base_prev = self.base_now.take();
+            self.epoch_start = now;
+        }
+        self.base_now = Some(self.base_now.map_or(rtt, |b| b.min(rtt)));
+        self.round_rtt = Some(self.round_rtt.map_or(rtt, |r| r.min(rtt)));
+    }
+
+    fn end_round(&mut self) {
+        let c = &self.config;
+        let lost = std::mem::take(&mut self.round_lost);
+        let (Some(rtt), Some(base)) = (self.round_rtt.take(), self.base_rtt()) else {
+            // No sample this round (every ACK lost?): hold the window.
+            self.round_left = self.cwnd;
+            return;
+        };
+        // Cells in the network beyond what the bare path holds: cwnd * (rtt - base) / rtt.
+        let rtt_ns = rtt.as_nanos().max(1);
+        let extra = rtt.saturating_sub(base).as_nanos();
+        let queued = (u128::from(self.cwnd) * extra / rtt_ns) as u32;
+        self.queued = queued;
+        let step = (self.cwnd / 16).max(2);
+        if queued > c.delta || (lost > 0 && queued > c.alpha) {
+            // A queue that overflowed (loss while queueing) or far too much queueing.
+            self.cwnd = (self.cwnd * 7 / 10).max(c.min_window);
+            self.slow_start = false;
+            self.congestion_events += 1;
+        } else if self.slow_start {
+            if queued > c.gamma {
+                self.slow_start = false;
+                self.cwnd = self.cwnd.saturating_sub(queued - c.gamma).max(c.min_window);
+            } else {
+                self.cwnd = (self.cwnd * 2).min(c.max_window);
+            }
+        } else if queued < c.alpha {
+            self.cwnd = (self.cwnd + step).min(c.max_window);
+        } else if queued > c.beta {
+            self.cwnd = self.cwnd.saturating_sub(step).max(c.min_window);
+        }
+        self.round_left = self.cwnd;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path with a bare RTT and a bottleneck draining `rate` cells per ms: the RTT grows
+    /// with the standing queue (window beyond the bandwidth-delay product).
+    fn run(v: &mut Vegas, base_ms: f64, rate: f64, loss_each_round: u32, rounds: u32) {
+        let mut now = Timestamp::ZERO;
+        for _ in 0..rounds {
+            let bdp = base_ms * rate;
+            let queue = (f64::from(v.window()) - bdp).max(0.0);
+            let rtt = Duration::from_secs_f64((base_ms + queue / rate) / 1000.0);
+            now = now.saturating_add(rtt);
+            let w = v.window();
+            v.on_settled(
+                w - loss_each_round.min(w),
+                loss_each_round.min(w),
+                Some(rtt),
+                now,
+            );
+        }
+    }
+
+    #[test]
+    fn the_window_settles_near_the_path_capacity() {
+        let mut v = Vegas::new(CcConfig::default(), Timestamp::ZERO);
+        // 1 ms path at 100 cells/ms: 100 cells fill it.
+        run(&mut v, 1.0, 100.0, 0, 200);
+        assert!(!v.in_slow_start());
+        let w = v.window();
+        assert!(
+            (100 + 12 - 10..=100 + 24 + 10).contains(&w),
+            "window {w}, queue {}",
+            v.queued()
+        );
+    }
+
+    #[test]
+    fn random_loss_without_queueing_does_not_shrink_the_window() {
+        let mut clean = Vegas::new(CcConfig::default(), Timestamp::ZERO);
+        let mut lossy = Vegas::new(CcConfig::default(), Timestamp::ZERO);
+        run(&mut clean, 1.0, 100.0, 0, 200);
+        // 20% of every round lost, but only where the path is not queueing.
+        let mut now = Timestamp::ZERO;
+        for _ in 0..200 {
+            let w = lossy.window();
+            let queue = (f64::from(w) - 100.0).max(0.0);
+            let rtt = Duration::from_secs_f64((1.0 + queue / 100.0) / 1000.0);
+            now = now.saturating_add(rtt);
+            let lost = if queue < 1.0 { w / 5 } else { 0 };
+            lossy.on_settled(w - lost, lost, Some(rtt), now);
+        }
+        assert!(
+            lossy.window() + 16 >= clean.window(),
+            "lossy {} clean {}",
+            lossy.window(),
+            clean.window()
+        );
+    }
+
+    #[test]
+    fn loss_with_a_queue_cuts_the_window() {
+        let mut v = Vegas::new(CcConfig::default(), Timestamp::ZERO);
+        run(&mut v, 1.0, 100.0, 0, 100);
+        let before = v.window();
+        let events = v.congestion_events();
+        // Push the queue up (base RTT unchanged) and lose cells: an overflowing queue.
+        let rtt = Duration::from_micros(1400);
+        let w = v.window();
+        v.on_settled(w - 5, 5, Some(rtt), Timestamp::from_secs(1));
+        assert!(
+            v.window() <= before * 7 / 10 + 1,
+            "{} -> {}",
+            before,
+            v.window()
+        );
+        assert_eq!(v.congestion_events(), events + 1);
+    }
+
+    #[test]
+    fn the_window_stays_within_bounds() {
+        let config = CcConfig {
+            max_window: 64,
+            ..CcConfig::default()
+        };
+        let mut v = Vegas::new(config, Timestamp::ZERO);
+        run(&mut v, 10.0, 1000.0, 0, 50);
+        assert_eq!(v.window(), 64);
+        for _ in 0..20 {
+            v.on_timeout();
+        }
+        assert_eq!(v.window(), 8);
+    }
+
+    #[test]
+    fn bad_configs_are_named() {
+        assert!(CcConfig::default().problem().is_none());
+        let bad = CcConfig {
+            beta: 5,
+            ..CcConfig::default()
+        };
+        assert_eq!(bad.problem().map(|p| p.0), Some("alpha"));
+        let bad = CcConfig {
+            initial_window: 2000,
+            ..CcConfig::default()
+        };
+        assert_eq!(bad.problem().map(|p| p.0), Some("initial_window"));
+    }
+}

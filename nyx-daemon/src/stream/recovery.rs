@@ -1,0 +1,456 @@
+//! Packet bookkeeping of a circuit endpoint: which packets are in flight, which were
+//! acknowledged or lost, the round-trip time, and what this side owes the peer in
+//! acknowledgements. Stream data is never resent (FEC repairs it); only [`Control`] frames
+//! of a lost packet are queued again.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use nyx_core::Timestamp;
+
+use super::wire::{ACK_BITMAP_BITS, Ack, Control};
+
+/// A packet is declared lost when this many later packets were acknowledged...
+const PACKET_THRESHOLD: u32 = 8;
+/// ...or when a later packet was acknowledged and it is older than 9/8 of the RTT plus this.
+const TIME_THRESHOLD_SLACK: Duration = Duration::from_millis(2);
+/// RTT assumed before the first sample.
+const INITIAL_RTT: Duration = Duration::from_millis(50);
+
+/// One packet sent and not yet settled.
+#[derive(Debug)]
+struct Sent {
+    at: Timestamp,
+    /// Counted against the congestion window (anything but a bare ACK).
+    in_flight: bool,
+    /// Control frames to queue again if the packet is lost.
+    controls: Vec<Control>,
+    settled: bool,
+}
+
+/// What one acknowledgement or loss scan settled.
+#[derive(Debug, Default)]
+pub(super) struct Settled {
+    /// In-flight packets newly acknowledged.
+    pub(super) acked: u32,
+    /// In-flight packets newly declared lost.
+    pub(super) lost: u32,
+    /// Control frames of the acknowledged packets (so FIN and RESET can complete).
+    pub(super) acked_controls: Vec<Control>,
+    /// Control frames of the lost packets, to send again.
+    pub(super) lost_controls: Vec<Control>,
+    /// An RTT sample, if the largest acknowledged packet was new.
+    pub(super) rtt: Option<Duration>,
+}
+
+/// Round-trip estimates (RFC 6298 / RFC 9002 style).
+#[derive(Debug, Clone, Copy)]
+pub struct Rtt {
+    /// Smoothed RTT.
+    pub smoothed: Duration,
+    /// Mean deviation.
+    pub var: Duration,
+    /// Latest sample.
+    pub latest: Duration,
+    /// Smallest sample seen.
+    pub min: Duration,
+    has_sample: bool,
+}
+
+impl Default for Rtt {
+    fn default() -> Self {
+        Rtt {
+            smoothed: INITIAL_RTT,
+            var: INITIAL_RTT / 2,
+            latest: INITIAL_RTT,
+            min: Duration::MAX,
+            has_sample: false,
+        }
+    }
+}
+
+impl Rtt {
+    fn update(&mut self, sample: Duration) {
+        self.latest = sample;
+        self.min = self.min.min(sample);
+        if !self.has_sample {
+            self.has_sample = true;
+            self.smoothed = sample;
+            self.var = sample / 2;
+            return;
+        }
+        let diff = self.smoothed.abs_diff(sample);
+        self.var = (self.var * 3 + diff) / 4;
+        self.smoothed = (self.smoothed * 7 + sample) / 8;
+    }
+
+    /// Whether any sample was taken.
+    pub fn has_sample(&self) -> bool {
+        self.has_sample
+    }
+}
+
+/// The sending side's record of packets.
+#[derive(Debug, Default)]
+pub(super) struct SentPackets {
+    /// Packet number of `packets[0]`.
+    base: u32,
+    packets: VecDeque<Sent>,
+    next_pn: u32,
+    largest_acked: Option<u32>,
+    in_flight: u32,
+    last_in_flight_sent: Option<Timestamp>,
+    rtt: Rtt,
+}
+
+impl SentPackets {
+    /// The number the next packet gets, if any remain.
+    pub(super) fn next_pn(&self) -> Option<u32> {
+        (self.next_pn < u32::MAX).then_some(self.next_pn)
+    }
+
+    /// Record packet [`next_pn`](Self::next_pn) as sent at `now`.
+    pub(super) fn on_sent(&mut self, now: Timestamp, in_flight: bool, controls: Vec<Control>) {
+        if self.packets.is_empty() {
+            self.base = self.next_pn;
+        }
+        self.packets.push_back(Sent {
+            at: now,
+            in_flight,
+            controls,
+            settled: false,
+        });
+        self.next_pn += 1;
+        if in_flight {
+            self.in_flight += 1;
+            self.last_in_flight_sent = Some(now);
+        }
+    }
+
+    /// Packets counted against the window now.
+    pub(super) fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// The RTT estimates.
+    pub(super) fn rtt(&self) -> &Rtt {
+        &self.rtt
+    }
+
+    /// When an in-flight packet was last sent.
+    pub(super) fn last_in_flight_sent(&self) -> Option<Timestamp> {
+        self.last_in_flight_sent
+    }
+
+    /// Apply an acknowledgement, then declare lost what it shows to be lost. An ACK for a
+    /// packet never sent is ignored (returns `None`).
+    pub(super) fn on_ack(&mut self, ack: &Ack, now: Timestamp) -> Option<Settled> {
+        if ack.largest >= self.next_pn {
+            return None;
+        }
+        let mut out = Settled::default();
+        let lowest = ack.largest.saturating_sub(ACK_BITMAP_BITS).max(self.base);
+        for pn in lowest..=ack.largest {
+            if !ack.covers(pn) {
+                continue;
+            }
+            let Some(sent) = self.get_mut(pn) else {
+                continue;
+            };
+            if sent.settled {
+                continue;
+            }
+            sent.settled = true;
+            let (in_flight, at) = (sent.in_flight, sent.at);
+            let controls = std::mem::take(&mut sent.controls);
+            if in_flight {
+                self.in_flight -= 1;
+                out.acked += 1;
+            }
+            out.acked_controls.extend(controls);
+            if pn == ack.largest && self.largest_acked.is_none_or(|l| pn > l) {
+                // The peer's reported hold time is taken out, but never below the
+                // smallest RTT seen (a peer cannot talk the estimate below physics).
+                let raw = now.saturating_duration_since(at);
+                let floor = if self.rtt.has_sample {
+                    self.rtt.min.min(raw)
+                } else {
+                    Duration::from_micros(1).min(raw)
+                };
+                let sample = raw.saturating_sub(ack.delay).max(floor);
+                self.rtt.update(sample);
+                out.rtt = Some(sample);
+            }
+        }
+        if self.largest_acked.is_none_or(|l| ack.largest > l) {
+            self.largest_acked = Some(ack.largest);
+        }
+        self.detect_lost(now, &mut out);
+        self.trim();
+        Some(out)
+    }
+
+    /// Declare lost, at `now`, what the time threshold allows (the loss timer fired).
+    pub(super) fn on_loss_timer(&mut self, now: Timestamp) -> Settled {
+        let mut out = Settled::default();
+        self.detect_lost(now, &mut out);
+        self.trim();
+        out
+    }
+
+    /// When the oldest unsettled packet below the largest acknowledged one becomes lost by
+    /// the time threshold.
+    pub(super) fn loss_deadline(&self) -> Option<Timestamp> {
+        let largest = self.largest_acked?;
+        let delay = self.loss_delay();
+        self.packets
+            .iter()
+            .enumerate()
+            .take_while(|(i, _)| self.base.wrapping_add(*i as u32) < largest)
+            .find(|(_, s)| !s.settled)
+            .map(|(_, s)| s.at.saturating_add(delay))
+    }
+
+    /// Forget everything in flight (the circuit is gone); returns the count.
+    pub(super) fn abandon(&mut self) -> u32 {
+        let n = self.in_flight;
+        self.packets.clear();
+        self.in_flight = 0;
+        n
+    }
+
+    fn loss_delay(&self) -> Duration {
+        self.rtt.smoothed.max(self.rtt.latest).mul_f64(1.125) + TIME_THRESHOLD_SLACK
+    }
+
+    fn detect_lost(&mut self, now: Timestamp, out: &mut Settled) {
+        let Some(largest) = self.largest_acked else {
+            return;
+        };
+        let delay = self.loss_delay();
+        for (i, sent) in self.packets.iter_mut().enumerate() {
+            let pn = self.base.wrapping_add(i as u32);
+            if pn >= largest {
+                break;
+            }
+            if sent.settled {
+                continue;
+            }
+            let by_count = largest - pn >= PACKET_THRESHOLD;
+            let by_time = now >= sent.at.saturating_add(delay);
+            if by_count || by_time {
+                sent.settled = true;
+                if sent.in_flight {
+                    self.in_flight -= 1;
+                    out.lost += 1;
+                }
+                out.lost_controls.append(&mut sent.controls);
+            }
+        }
+    }
+
+    fn get_mut(&mut self, pn: u32) -> Option<&mut Sent> {
+        let i = pn.checked_sub(self.base)?;
+        self.packets.get_mut(i as usize)
+    }
+
+    fn trim(&mut self) {
+        while self.packets.front().is_some_and(|s| s.settled) {
+            self.packets.pop_front();
+            self.base = self.base.wrapping_add(1);
+        }
+    }
+}
+
+/// The receiving side's acknowledgement state.
+#[derive(Debug, Default)]
+pub(super) struct AckState {
+    largest: Option<u32>,
+    largest_at: Timestamp,
+    bitmap: u64,
+    /// Ack-eliciting packets received since the last ACK sent.
+    pending: u32,
+    /// When the first of them arrived.
+    pending_since: Option<Timestamp>,
+}
+
+impl AckState {
+    /// Record packet `pn`; returns false for a duplicate (its frames are still safe to
+    /// process: every frame is idempotent).
+    pub(super) fn on_packet(&mut self, pn: u32, ack_eliciting: bool, now: Timestamp) -> bool {
+        let fresh = match self.largest {
+            None => {
+                self.largest = Some(pn);
+                self.largest_at = now;
+                true
+            }
+            Some(l) if pn > l => {
+                let shift = pn - l;
+                self.bitmap = if shift > ACK_BITMAP_BITS {
+                    0
+                } else {
+                    // The old largest becomes bit shift-1.
+                    (self.bitmap << 1 | 1).checked_shl(shift - 1).unwrap_or(0)
+                };
+                self.largest = Some(pn);
+                self.largest_at = now;
+                true
+            }
+            Some(l) if pn == l => false,
+            Some(l) => {
+                let d = l - pn;
+                if d > ACK_BITMAP_BITS {
+                    true // too old to tell; count it as new
+                } else {
+                    let bit = 1u64 << (d - 1);
+                    let fresh = self.bitmap & bit == 0;
+                    self.bitmap |= bit;
+                    fresh
+                }
+            }
+        };
+        if ack_eliciting && fresh {
+            self.pending += 1;
+            self.pending_since.get_or_insert(now);
+        }
+        fresh
+    }
+
+    /// Whether an ACK must go out now: `every` ack-eliciting packets arrived, or the oldest
+    /// waited `max_delay`.
+    pub(super) fn due(&self, now: Timestamp, every: u32, max_delay: Duration) -> bool {
+        self.pending >= every || self.deadline(max_delay).is_some_and(|t| now >= t)
+    }
+
+    /// Whether anything is unacknowledged (an ACK can ride along in any packet).
+    pub(super) fn has_pending(&self) -> bool {
+        self.pending > 0
+    }
+
+    /// When an ACK becomes due by delay.
+    pub(super) fn deadline(&self, max_delay: Duration) -> Option<Timestamp> {
+        self.pending_since.map(|t| t.saturating_add(max_delay))
+    }
+
+    /// The ACK to send at `now` (resets the pending count), if anything was received.
+    pub(super) fn take(&mut self, now: Timestamp) -> Option<Ack> {
+        let largest = self.largest?;
+        self.pending = 0;
+        self.pending_since = None;
+        Some(Ack {
+            largest,
+            delay: now.saturating_duration_since(self.largest_at),
+            bitmap: self.bitmap,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    #[test]
+    fn ack_state_builds_the_bitmap_and_spots_duplicates() {
+        let mut a = AckState::default();
+        for pn in [0, 1, 2, 4, 7] {
+            assert!(a.on_packet(pn, true, t(1)));
+        }
+        assert!(!a.on_packet(4, true, t(1)), "duplicate");
+        assert!(a.on_packet(5, true, t(1)), "late but new");
+        let ack = a.take(t(3)).unwrap();
+        assert_eq!(ack.largest, 7);
+        assert_eq!(ack.delay, Duration::from_millis(2));
+        let got: Vec<u32> = (0..=7).filter(|&pn| ack.covers(pn)).collect();
+        assert_eq!(got, vec![0, 1, 2, 4, 5, 7]);
+        assert!(!a.has_pending());
+        // A jump beyond the bitmap forgets the old packets.
+        a.on_packet(200, true, t(4));
+        let ack = a.take(t(4)).unwrap();
+        assert_eq!((ack.largest, ack.bitmap), (200, 0));
+    }
+
+    #[test]
+    fn ack_due_by_count_or_delay() {
+        let mut a = AckState::default();
+        let d = Duration::from_millis(2);
+        assert!(!a.due(t(0), 4, d));
+        a.on_packet(0, true, t(10));
+        assert!(!a.due(t(11), 4, d));
+        assert!(a.due(t(12), 4, d));
+        for pn in 1..4 {
+            a.on_packet(pn, true, t(10));
+        }
+        assert!(a.due(t(10), 4, d));
+        a.take(t(10));
+        a.on_packet(9, false, t(10));
+        assert!(!a.has_pending(), "a bare ACK elicits nothing");
+    }
+
+    #[test]
+    fn acks_settle_packets_measure_rtt_and_find_losses() {
+        let mut s = SentPackets::default();
+        for i in 0..20u64 {
+            let controls = if i == 3 {
+                vec![Control::Opened {
+                    stream: super::super::StreamId(1),
+                }]
+            } else {
+                Vec::new()
+            };
+            s.on_sent(t(i), true, controls);
+        }
+        assert_eq!(s.in_flight(), 20);
+        // Everything but 3 and 19 arrives; the ACK leaves at 30 ms, delay 1 ms.
+        let mut bitmap = 0u64;
+        for pn in 0..18u32 {
+            if pn != 3 {
+                bitmap |= 1 << (18 - 1 - pn);
+            }
+        }
+        let ack = Ack {
+            largest: 18,
+            delay: Duration::from_millis(1),
+            bitmap,
+        };
+        let settled = s.on_ack(&ack, t(30)).unwrap();
+        assert_eq!(settled.acked, 18);
+        assert_eq!(settled.rtt, Some(Duration::from_millis(11)));
+        assert_eq!(settled.lost, 1, "packet 3 is 15 behind the largest");
+        assert_eq!(settled.lost_controls.len(), 1);
+        assert_eq!(s.in_flight(), 1, "packet 19 is still in flight");
+        // An ACK for a packet never sent is refused.
+        let bogus = Ack {
+            largest: 500,
+            ..ack
+        };
+        assert!(s.on_ack(&bogus, t(31)).is_none());
+        // The same ACK again settles nothing.
+        let again = s.on_ack(&ack, t(31)).unwrap();
+        assert_eq!((again.acked, again.lost), (0, 0));
+    }
+
+    #[test]
+    fn the_time_threshold_finds_a_lost_tail() {
+        let mut s = SentPackets::default();
+        s.on_sent(t(0), true, Vec::new());
+        s.on_sent(t(0), true, Vec::new());
+        s.on_sent(t(1), true, Vec::new());
+        let ack = Ack {
+            largest: 2,
+            delay: Duration::ZERO,
+            bitmap: 0b10, // 0 arrived, 1 did not
+        };
+        let first = s.on_ack(&ack, t(11)).unwrap();
+        assert_eq!((first.acked, first.lost), (2, 0), "1 is only 1 behind");
+        let deadline = s.loss_deadline().unwrap();
+        assert!(deadline > t(11));
+        let later = s.on_loss_timer(deadline);
+        assert_eq!(later.lost, 1);
+        assert_eq!(s.in_flight(), 0);
+        assert!(s.loss_deadline().is_none());
+    }
+}

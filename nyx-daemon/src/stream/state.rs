@@ -1,0 +1,124 @@
+//! One stream's state: its FEC sender and receiver, both flow-control windows, and how far
+//! each direction is from its end.
+
+use nyx_core::Timestamp;
+use nyx_fec::{FecConfig, Receiver, Sender};
+
+use super::{INITIAL_STREAM_WINDOW, ResetReason};
+
+/// Symbols of unflushed data that justify closing a block early while older blocks are
+/// still unacknowledged (bulk data: a block big enough for FEC to work well).
+const EARLY_CLOSE_SYMBOLS: usize = 64;
+
+pub(super) struct Stream {
+    pub(super) tx: Sender,
+    pub(super) rx: Receiver,
+    symbol_size: usize,
+    /// Client: OPENED arrived. Exit: accepted.
+    pub(super) opened: bool,
+    /// Bytes accepted from the writer.
+    pub(super) written: u64,
+    /// The peer's flow-control limit on `written`.
+    pub(super) peer_max: u64,
+    /// FIN queued with this final length.
+    pub(super) fin: Option<u64>,
+    /// DONE (everything of the peer's read) was queued / acknowledged.
+    pub(super) done_queued: bool,
+    pub(super) done_acked: bool,
+    /// The peer's DONE arrived: everything written was read.
+    pub(super) peer_done: bool,
+    /// Bytes handed to the reader.
+    pub(super) consumed: u64,
+    /// The limit this side advertised.
+    pub(super) advertised: u64,
+    pub(super) window: u64,
+    /// The peer's final length, once its FIN arrived.
+    pub(super) peer_fin: Option<u64>,
+    pub(super) reset: Option<ResetReason>,
+    /// The application let go of the stream.
+    pub(super) released: bool,
+    /// A read found nothing: report [`super::StreamEvent::Readable`] when that changes.
+    pub(super) read_armed: bool,
+    /// A write was refused: report [`super::StreamEvent::Writable`] when that changes.
+    pub(super) write_armed: bool,
+}
+
+impl Stream {
+    pub(super) fn new(
+        fec: &FecConfig,
+        window: u64,
+        now: Timestamp,
+    ) -> Result<Self, nyx_fec::Error> {
+        Ok(Stream {
+            tx: Sender::new(fec.clone(), now)?,
+            rx: Receiver::new(fec.clone())?,
+            symbol_size: usize::from(fec.symbol_size),
+            opened: false,
+            written: 0,
+            peer_max: INITIAL_STREAM_WINDOW,
+            fin: None,
+            done_queued: false,
+            done_acked: false,
+            peer_done: false,
+            consumed: 0,
+            advertised: INITIAL_STREAM_WINDOW,
+            window,
+            peer_fin: None,
+            reset: None,
+            released: false,
+            read_armed: false,
+            write_armed: false,
+        })
+    }
+
+    /// Bytes the writer may hand over now (flow control and the FEC window).
+    pub(super) fn send_capacity(&self) -> u64 {
+        if self.fin.is_some() || self.reset.is_some() || !self.tx.can_write() {
+            return 0;
+        }
+        self.peer_max.saturating_sub(self.written)
+    }
+
+    /// Close the open block if it should leave now: nothing of it can wait for company
+    /// (no older block is unacknowledged) or it is already big enough to code well.
+    pub(super) fn maybe_close_block(&mut self, now: Timestamp) -> Result<(), nyx_fec::Error> {
+        let open = self.tx.unflushed();
+        if open == 0 || self.tx.has_pending_symbols() {
+            return Ok(());
+        }
+        if self.tx.blocks_in_flight() == 0 || open >= EARLY_CLOSE_SYMBOLS * self.symbol_size {
+            self.tx.flush(now)?;
+        }
+        Ok(())
+    }
+
+    /// The new limit to advertise after a read, when the reader freed half a window.
+    pub(super) fn window_update(&mut self) -> Option<u64> {
+        if self.reset.is_some() || self.peer_fin.is_some() {
+            return None;
+        }
+        let limit = self.consumed + self.window;
+        if limit - self.advertised >= self.window / 2 {
+            self.advertised = limit;
+            return Some(limit);
+        }
+        None
+    }
+
+    /// Whether the peer sent more than it was allowed or beyond its end.
+    pub(super) fn overran(&self) -> bool {
+        let delivered = self.consumed + self.rx.readable() as u64;
+        delivered > self.advertised || self.peer_fin.is_some_and(|f| delivered > f)
+    }
+
+    /// The reader has everything up to the peer's end.
+    pub(super) fn recv_done(&self) -> bool {
+        self.peer_fin == Some(self.consumed)
+    }
+
+    /// Nothing more will happen on this stream and its owner let go: reset, or both sides
+    /// read everything and know the other did.
+    pub(super) fn finished(&self) -> bool {
+        self.released && (self.reset.is_some() || (self.done_acked && self.peer_done))
+    }
+}

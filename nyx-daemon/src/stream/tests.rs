@@ -1,0 +1,713 @@
+//! Deterministic simulations of streams over a circuit: a bottleneck with a bounded queue,
+//! propagation delay, seeded loss, duplication and reordering, and any number of circuits
+//! sharing it. Time is simulated; nothing here sleeps.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Duration;
+
+use nyx_core::Timestamp;
+
+use super::*;
+use crate::Error;
+
+/// One direction of the simulated path.
+#[derive(Clone, Debug)]
+struct LinkModel {
+    /// Cells served per millisecond at the bottleneck.
+    rate_per_ms: f64,
+    /// Cells the bottleneck queues before it drops.
+    queue_limit: usize,
+    delay: Duration,
+    loss: f64,
+    duplicate: f64,
+    reorder: f64,
+    reorder_window: Duration,
+}
+
+impl Default for LinkModel {
+    fn default() -> Self {
+        LinkModel {
+            rate_per_ms: 50.0,
+            queue_limit: 256,
+            delay: Duration::from_micros(500),
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_window: Duration::from_millis(3),
+        }
+    }
+}
+
+struct Link {
+    model: LinkModel,
+    /// Departure times of cells still queued.
+    queue: std::collections::VecDeque<Timestamp>,
+    last_departure: Timestamp,
+    overflow: u64,
+    random_loss: u64,
+}
+
+impl Link {
+    fn new(model: LinkModel) -> Self {
+        Link {
+            model,
+            queue: Default::default(),
+            last_departure: Timestamp::ZERO,
+            overflow: 0,
+            random_loss: 0,
+        }
+    }
+
+    /// Arrival times of the copies of a cell entering at `now` (none if dropped).
+    fn carry(&mut self, now: Timestamp, rng: &mut Rng) -> Vec<Timestamp> {
+        while self.queue.front().is_some_and(|t| *t <= now) {
+            self.queue.pop_front();
+        }
+        if self.queue.len() >= self.model.queue_limit {
+            self.overflow += 1;
+            return Vec::new();
+        }
+        let service = Duration::from_secs_f64(1e-3 / self.model.rate_per_ms);
+        let departure = self.last_departure.max(now).saturating_add(service);
+        self.last_departure = departure;
+        self.queue.push_back(departure);
+        if rng.unit() < self.model.loss {
+            self.random_loss += 1;
+            return Vec::new();
+        }
+        let copies = if rng.unit() < self.model.duplicate {
+            2
+        } else {
+            1
+        };
+        (0..copies)
+            .map(|_| {
+                let mut at = departure.saturating_add(self.model.delay);
+                if rng.unit() < self.model.reorder {
+                    at = at.saturating_add(self.model.reorder_window.mul_f64(rng.unit()));
+                }
+                at
+            })
+            .collect()
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Circuits (client mux, exit mux) sharing one forward and one backward link.
+struct Sim {
+    now: Timestamp,
+    circuits: Vec<(StreamMux, StreamMux)>,
+    forward: Link,
+    backward: Link,
+    /// (arrival, order) -> (circuit, to_exit, bytes)
+    queue: BinaryHeap<Reverse<(Timestamp, u64)>>,
+    in_transit: HashMap<u64, (usize, bool, Vec<u8>)>,
+    order: u64,
+    rng: Rng,
+    /// Cells carried per direction.
+    cells: [u64; 2],
+}
+
+impl Sim {
+    fn new(circuits: usize, forward: LinkModel, backward: LinkModel, config: StreamConfig) -> Self {
+        let circuits = (0..circuits)
+            .map(|_| {
+                (
+                    StreamMux::new(Role::Client, config.clone(), Timestamp::ZERO).unwrap(),
+                    StreamMux::new(Role::Exit, config.clone(), Timestamp::ZERO).unwrap(),
+                )
+            })
+            .collect();
+        Sim {
+            now: Timestamp::ZERO,
+            circuits,
+            forward: Link::new(forward),
+            backward: Link::new(backward),
+            queue: BinaryHeap::new(),
+            in_transit: HashMap::new(),
+            order: 0,
+            rng: Rng(7),
+            cells: [0, 0],
+        }
+    }
+
+    fn client(&mut self, c: usize) -> &mut StreamMux {
+        &mut self.circuits[c].0
+    }
+
+    fn exit(&mut self, c: usize) -> &mut StreamMux {
+        &mut self.circuits[c].1
+    }
+
+    /// Send whatever every mux has, then advance to the next delivery or timer and handle
+    /// it. Returns false when nothing at all is scheduled.
+    fn step(&mut self) -> bool {
+        self.transmit_all();
+        let mut next: Option<Timestamp> = self.queue.peek().map(|Reverse((t, _))| *t);
+        for (a, b) in &self.circuits {
+            for t in [a.poll_timeout(), b.poll_timeout()].into_iter().flatten() {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        let Some(next) = next else {
+            return false;
+        };
+        self.now = self.now.max(next);
+        let now = self.now;
+        while self.queue.peek().is_some_and(|Reverse((t, _))| *t <= now) {
+            let Some(Reverse((_, order))) = self.queue.pop() else {
+                break;
+            };
+            if let Some((c, to_exit, bytes)) = self.in_transit.remove(&order) {
+                let (client, exit) = &mut self.circuits[c];
+                let to = if to_exit { exit } else { client };
+                to.handle_packet(&bytes, now).unwrap();
+            }
+        }
+        for (a, b) in &mut self.circuits {
+            if a.poll_timeout().is_some_and(|t| t <= now) {
+                a.handle_timeout(now);
+            }
+            if b.poll_timeout().is_some_and(|t| t <= now) {
+                b.handle_timeout(now);
+            }
+        }
+        true
+    }
+
+    fn transmit_all(&mut self) {
+        let mut buf = [0u8; 1200];
+        for c in 0..self.circuits.len() {
+            for to_exit in [true, false] {
+                loop {
+                    let now = self.now;
+                    let (client, exit) = &mut self.circuits[c];
+                    let from = if to_exit { client } else { exit };
+                    let Some(n) = from.poll_transmit(now, &mut buf) else {
+                        break;
+                    };
+                    assert!(n <= from.max_packet());
+                    let link = if to_exit {
+                        &mut self.forward
+                    } else {
+                        &mut self.backward
+                    };
+                    self.cells[usize::from(!to_exit)] += 1;
+                    for at in link.carry(now, &mut self.rng) {
+                        self.order += 1;
+                        self.queue.push(Reverse((at, self.order)));
+                        self.in_transit
+                            .insert(self.order, (c, to_exit, buf[..n].to_vec()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn pattern(stream: u32, offset: u64) -> u8 {
+    (offset.wrapping_mul(31) ^ (u64::from(stream) * 7) ^ (offset >> 13)) as u8
+}
+
+/// An application on one end: writes `to_send` patterned bytes per stream (then finishes),
+/// reads everything, checks it, and (exit) echoes or sinks.
+#[derive(Default)]
+struct App {
+    sent: HashMap<StreamId, u64>,
+    received: HashMap<StreamId, u64>,
+    finished_reading: Vec<StreamId>,
+    resets: Vec<(StreamId, ResetReason)>,
+}
+
+impl App {
+    fn pump_writes(&mut self, mux: &mut StreamMux, ids: &[StreamId], total: u64, now: Timestamp) {
+        let mut buf = vec![0u8; 16 * 1024];
+        for &id in ids {
+            loop {
+                let sent = *self.sent.get(&id).unwrap_or(&0);
+                if sent == total {
+                    if mux.finish(id, now).is_err() {
+                        break;
+                    }
+                    break;
+                }
+                let n = (total - sent).min(buf.len() as u64) as usize;
+                for (i, b) in buf[..n].iter_mut().enumerate() {
+                    *b = pattern(id.0, sent + i as u64);
+                }
+                match mux.write(id, &buf[..n], now) {
+                    Ok(0) | Err(_) => break,
+                    Ok(w) => {
+                        self.sent.insert(id, sent + w as u64);
+                    }
+                }
+            }
+        }
+    }
+
+    fn pump_reads(&mut self, mux: &mut StreamMux, ids: &[StreamId]) {
+        let mut buf = vec![0u8; 16 * 1024];
+        for &id in ids {
+            if self.finished_reading.contains(&id) {
+                continue;
+            }
+            loop {
+                match mux.read(id, &mut buf) {
+                    Ok(ReadOutcome::Data(n)) => {
+                        let got = self.received.entry(id).or_insert(0);
+                        for (i, b) in buf[..n].iter().enumerate() {
+                            assert_eq!(*b, pattern(id.0, *got + i as u64), "{id} at {}", *got);
+                        }
+                        *got += n as u64;
+                    }
+                    Ok(ReadOutcome::Finished) => {
+                        self.finished_reading.push(id);
+                        break;
+                    }
+                    Ok(ReadOutcome::Blocked) => break,
+                    Err(Error::StreamReset { reason }) => {
+                        self.resets.push((id, reason));
+                        break;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+    }
+}
+
+/// Client streams `total` bytes on each of `streams` streams; the exit reads them and
+/// sends the same amount back on each. Returns the sim for inspection.
+fn transfer(sim: &mut Sim, streams: usize, total: u64, deadline: Duration) -> (App, App) {
+    let now = sim.now;
+    let ids: Vec<StreamId> = (0..streams)
+        .map(|_| sim.client(0).open("127.0.0.1:9", now).unwrap())
+        .collect();
+    let mut client = App::default();
+    let mut exit = App::default();
+    let mut exit_ids = Vec::new();
+    let end = sim.now.saturating_add(deadline);
+    while sim.now < end {
+        let now = sim.now;
+        while let Some(ev) = sim.exit(0).poll_event() {
+            if let StreamEvent::Incoming { stream, target } = ev {
+                assert_eq!(target, "127.0.0.1:9");
+                sim.exit(0).accept(stream).unwrap();
+                exit_ids.push(stream);
+            }
+        }
+        while sim.client(0).poll_event().is_some() {}
+        client.pump_writes(sim.client(0), &ids, total, now);
+        exit.pump_reads(sim.exit(0), &exit_ids);
+        exit.pump_writes(sim.exit(0), &exit_ids, total, now);
+        client.pump_reads(sim.client(0), &ids);
+        if client.finished_reading.len() == streams && exit.finished_reading.len() == streams {
+            for &id in &ids {
+                sim.client(0).release(id, now);
+            }
+            for &id in &exit_ids {
+                sim.exit(0).release(id, now);
+            }
+            // Let the last acknowledgements through, then both ends forget the streams.
+            for _ in 0..2000 {
+                if sim.client(0).stream_count() == 0 && sim.exit(0).stream_count() == 0 {
+                    break;
+                }
+                if !sim.step() {
+                    break;
+                }
+            }
+            return (client, exit);
+        }
+        assert!(sim.step(), "stalled with nothing scheduled");
+    }
+    panic!(
+        "transfer not done by {deadline:?}: client got {:?}, exit got {:?}, client {:?}, exit {:?}",
+        client.received,
+        exit.received,
+        sim.client(0).stats(),
+        sim.exit(0).stats()
+    );
+}
+
+fn lossy(loss: f64) -> LinkModel {
+    LinkModel {
+        loss,
+        duplicate: 0.02,
+        reorder: 0.05,
+        ..LinkModel::default()
+    }
+}
+
+#[test]
+fn streams_are_byte_exact_both_ways_on_a_clean_path() {
+    let mut sim = Sim::new(
+        1,
+        LinkModel::default(),
+        LinkModel::default(),
+        StreamConfig::default(),
+    );
+    let total = 3 * 1024 * 1024 + 17;
+    let (client, exit) = transfer(&mut sim, 3, total, Duration::from_secs(60));
+    for v in exit.received.values().chain(client.received.values()) {
+        assert_eq!(*v, total);
+    }
+    assert_eq!(
+        sim.client(0).stream_count(),
+        0,
+        "finished streams are forgotten: {}\n{}",
+        sim.client(0).debug_streams(),
+        sim.exit(0).debug_streams()
+    );
+    assert_eq!(sim.exit(0).stream_count(), 0);
+    let s = sim.client(0).stats();
+    assert_eq!(s.lost, 0, "{s:?}");
+    assert_eq!(sim.forward.overflow, 0, "the window kept the queue bounded");
+}
+
+fn lossy_run(loss: f64) -> (f64, MuxStats) {
+    let mut sim = Sim::new(1, lossy(loss), lossy(loss), StreamConfig::default());
+    let total = 2 * 1024 * 1024;
+    let (client, exit) = transfer(&mut sim, 2, total, Duration::from_secs(120));
+    for v in exit.received.values().chain(client.received.values()) {
+        assert_eq!(*v, total);
+    }
+    let s = sim.client(0).stats();
+    let overhead = s.fec_packets as f64 / s.fec_source_symbols as f64;
+    assert!(s.lost > 0, "loss was applied: {s:?}");
+    assert!(sim.forward.random_loss > 0);
+    eprintln!(
+        "loss {loss}: FEC overhead {overhead:.3}, {} cells forward, {} back, {:?} simulated",
+        sim.cells[0],
+        sim.cells[1],
+        sim.now.saturating_duration_since(Timestamp::ZERO)
+    );
+    (overhead, s)
+}
+
+#[test]
+fn streams_survive_5_percent_loss_with_little_overhead() {
+    let (overhead, s) = lossy_run(0.05);
+    // RaptorQ's law for 5% loss and 256-symbol blocks is about 1.10 (docs/fec.md).
+    assert!(overhead < 1.2, "overhead {overhead:.3} {s:?}");
+}
+
+#[test]
+fn streams_survive_20_percent_loss() {
+    let (overhead, s) = lossy_run(0.20);
+    assert!(
+        overhead > 1.2 && overhead < 1.7,
+        "overhead {overhead:.3} {s:?}"
+    );
+}
+
+#[test]
+fn the_window_fills_the_bottleneck_without_overflowing_it() {
+    let fwd = LinkModel {
+        rate_per_ms: 40.0,
+        queue_limit: 200,
+        delay: Duration::from_millis(2),
+        ..LinkModel::default()
+    };
+    let mut sim = Sim::new(1, fwd, LinkModel::default(), StreamConfig::default());
+    let id = sim.client(0).open("127.0.0.1:9", Timestamp::ZERO).unwrap();
+    let mut app = App::default();
+    let mut exit_app = App::default();
+    let mut exit_ids = Vec::new();
+    let start_cells = 2000; // after slow start
+    let mut t0 = None;
+    while sim.cells[0] < 12_000 {
+        let now = sim.now;
+        while let Some(ev) = sim.exit(0).poll_event() {
+            if let StreamEvent::Incoming { stream, .. } = ev {
+                sim.exit(0).accept(stream).unwrap();
+                exit_ids.push(stream);
+            }
+        }
+        app.pump_writes(sim.client(0), &[id], u64::MAX / 2, now);
+        exit_app.pump_reads(sim.exit(0), &exit_ids);
+        if t0.is_none() && sim.cells[0] >= start_cells {
+            t0 = Some((sim.now, sim.cells[0]));
+        }
+        assert!(sim.step());
+    }
+    let (t0, c0) = t0.unwrap();
+    let secs = sim.now.saturating_duration_since(t0).as_secs_f64();
+    let rate = (sim.cells[0] - c0) as f64 / secs / 1000.0;
+    let s = sim.client(0).stats();
+    assert_eq!(sim.forward.overflow, 0, "no queue overflow: {s:?}");
+    assert!(rate > 0.85 * 40.0, "{rate:.1} cells/ms of 40: {s:?}");
+    // Vegas keeps a small standing queue: the window is near BDP + alpha..beta.
+    let bdp = 40.0 * 2.5; // 2 ms + 0.5 ms return
+    assert!(
+        f64::from(s.window) < bdp + 80.0,
+        "window {} vs bdp {bdp}",
+        s.window
+    );
+}
+
+#[test]
+fn circuits_sharing_a_bottleneck_share_it() {
+    let fwd = LinkModel {
+        rate_per_ms: 40.0,
+        queue_limit: 300,
+        delay: Duration::from_millis(1),
+        ..LinkModel::default()
+    };
+    let mut sim = Sim::new(2, fwd, LinkModel::default(), StreamConfig::default());
+    let ids: Vec<StreamId> = (0..2)
+        .map(|c| sim.client(c).open("127.0.0.1:9", Timestamp::ZERO).unwrap())
+        .collect();
+    let mut apps: Vec<(App, App, Vec<StreamId>)> = (0..2)
+        .map(|_| (App::default(), App::default(), Vec::new()))
+        .collect();
+    let mut delivered_at_start = [0u64; 2];
+    let mut started = false;
+    while sim.cells[0] < 30_000 {
+        let now = sim.now;
+        for c in 0..2 {
+            let (client, exit, exit_ids) = &mut apps[c];
+            while let Some(ev) = sim.exit(c).poll_event() {
+                if let StreamEvent::Incoming { stream, .. } = ev {
+                    sim.exit(c).accept(stream).unwrap();
+                    exit_ids.push(stream);
+                }
+            }
+            client.pump_writes(sim.client(c), &[ids[c]], u64::MAX / 2, now);
+            exit.pump_reads(sim.exit(c), exit_ids);
+        }
+        if !started && sim.cells[0] >= 5000 {
+            started = true;
+            for c in 0..2 {
+                delivered_at_start[c] = apps[c].1.received.values().sum();
+            }
+        }
+        assert!(sim.step());
+    }
+    let got: Vec<u64> = (0..2)
+        .map(|c| apps[c].1.received.values().sum::<u64>() - delivered_at_start[c])
+        .collect();
+    let share = got[0] as f64 / (got[0] + got[1]) as f64;
+    assert!((0.3..0.7).contains(&share), "shares {got:?}");
+    assert_eq!(sim.forward.overflow, 0);
+}
+
+#[test]
+fn a_slow_reader_stalls_only_its_own_stream() {
+    let mut sim = Sim::new(
+        1,
+        LinkModel::default(),
+        LinkModel::default(),
+        StreamConfig::default(),
+    );
+    let now = Timestamp::ZERO;
+    let slow = sim.client(0).open("127.0.0.1:9", now).unwrap();
+    let fast = sim.client(0).open("127.0.0.1:9", now).unwrap();
+    let mut client = App::default();
+    let mut exit = App::default();
+    let mut exit_ids = Vec::new();
+    let total = 8 * 1024 * 1024;
+    for _ in 0..2_000_000 {
+        let now = sim.now;
+        while let Some(ev) = sim.exit(0).poll_event() {
+            if let StreamEvent::Incoming { stream, .. } = ev {
+                sim.exit(0).accept(stream).unwrap();
+                exit_ids.push(stream);
+            }
+        }
+        client.pump_writes(sim.client(0), &[slow, fast], total, now);
+        // The exit never reads the slow stream.
+        let readable: Vec<StreamId> = exit_ids.iter().copied().filter(|s| *s == fast).collect();
+        exit.pump_reads(sim.exit(0), &readable);
+        if exit.finished_reading.contains(&fast) {
+            break;
+        }
+        assert!(sim.step());
+    }
+    assert!(
+        exit.finished_reading.contains(&fast),
+        "the fast stream finished"
+    );
+    assert_eq!(exit.received.get(&fast), Some(&total));
+    // The slow one was held to its flow-control window.
+    let slow_sent = client.sent[&slow];
+    assert!(
+        slow_sent <= StreamConfig::default().stream_window,
+        "slow stream sent {slow_sent}"
+    );
+    assert!(slow_sent > 0);
+}
+
+#[test]
+fn a_reset_reaches_the_client_with_its_reason() {
+    let mut sim = Sim::new(
+        1,
+        LinkModel::default(),
+        LinkModel::default(),
+        StreamConfig::default(),
+    );
+    let id = sim.client(0).open("10.0.0.1:25", Timestamp::ZERO).unwrap();
+    let mut reset = None;
+    for _ in 0..10_000 {
+        while let Some(ev) = sim.exit(0).poll_event() {
+            if let StreamEvent::Incoming { stream, target } = ev {
+                assert_eq!(target, "10.0.0.1:25");
+                sim.exit(0).reset(stream, ResetReason::Policy).unwrap();
+                let now = sim.now;
+                sim.exit(0).release(stream, now);
+            }
+        }
+        while let Some(ev) = sim.client(0).poll_event() {
+            if let StreamEvent::Reset { stream, reason } = ev {
+                reset = Some((stream, reason));
+            }
+        }
+        if reset.is_some() {
+            break;
+        }
+        assert!(sim.step());
+    }
+    assert_eq!(reset, Some((id, ResetReason::Policy)));
+    let mut buf = [0u8; 10];
+    assert!(matches!(
+        sim.client(0).read(id, &mut buf),
+        Err(Error::StreamReset {
+            reason: ResetReason::Policy
+        })
+    ));
+    let now = sim.now;
+    assert!(matches!(
+        sim.client(0).write(id, b"x", now),
+        Err(Error::StreamReset { .. })
+    ));
+    sim.client(0).release(id, now);
+    assert_eq!(sim.client(0).stream_count(), 0);
+    assert_eq!(sim.exit(0).stream_count(), 0);
+}
+
+#[test]
+fn the_open_is_resent_when_lost_and_half_close_works() {
+    // Everything forward is lost for a while: OPEN must be resent.
+    let fwd = LinkModel {
+        loss: 1.0,
+        ..LinkModel::default()
+    };
+    let mut sim = Sim::new(1, fwd, LinkModel::default(), StreamConfig::default());
+    let id = sim
+        .client(0)
+        .open("example.org:80", Timestamp::ZERO)
+        .unwrap();
+    sim.client(0)
+        .write(id, b"GET / HTTP/1.0\r\n\r\n", Timestamp::ZERO)
+        .unwrap();
+    sim.client(0).finish(id, Timestamp::ZERO).unwrap();
+    for _ in 0..50 {
+        sim.step();
+    }
+    assert!(sim.forward.random_loss > 0);
+    sim.forward.model.loss = 0.0;
+    let mut exit_id = None;
+    let mut got = Vec::new();
+    let mut client_got = Vec::new();
+    let mut client_done = false;
+    for _ in 0..200_000 {
+        let now = sim.now;
+        while let Some(ev) = sim.exit(0).poll_event() {
+            if let StreamEvent::Incoming { stream, .. } = ev {
+                sim.exit(0).accept(stream).unwrap();
+                exit_id = Some(stream);
+            }
+        }
+        while sim.client(0).poll_event().is_some() {}
+        if let Some(e) = exit_id {
+            let mut buf = [0u8; 100];
+            loop {
+                match sim.exit(0).read(e, &mut buf).unwrap() {
+                    ReadOutcome::Data(n) => got.extend_from_slice(&buf[..n]),
+                    ReadOutcome::Finished => {
+                        // The request ended; the exit ends its side too.
+                        sim.exit(0).finish(e, now).unwrap();
+                        break;
+                    }
+                    ReadOutcome::Blocked => break,
+                }
+            }
+        }
+        let mut buf = [0u8; 100];
+        match sim.client(0).read(id, &mut buf).unwrap() {
+            ReadOutcome::Data(n) => client_got.extend_from_slice(&buf[..n]),
+            ReadOutcome::Finished => client_done = true,
+            ReadOutcome::Blocked => {}
+        }
+        if client_done {
+            break;
+        }
+        if !sim.step() {
+            break;
+        }
+    }
+    assert_eq!(got, b"GET / HTTP/1.0\r\n\r\n");
+    assert!(client_done, "the exit's FIN arrived");
+    assert!(client_got.is_empty());
+    assert!(sim.client(0).stats().controls_resent > 0);
+}
+
+#[test]
+fn garbage_packets_are_refused_and_counted() {
+    let mut mux = StreamMux::new(Role::Exit, StreamConfig::default(), Timestamp::ZERO).unwrap();
+    for junk in [
+        &[][..],
+        &[0, 0, 0],
+        &[0, 0, 0, 1, 0xee],
+        &[0, 0, 0, 1, 0x02, 0, 0, 0, 1, 0xff, 0xff],
+    ] {
+        assert!(mux.handle_packet(junk, Timestamp::ZERO).is_err());
+    }
+    assert_eq!(mux.stats().malformed, 4);
+    assert_eq!(mux.stats().packets_received, 0);
+    assert!(mux.poll_event().is_none());
+    // Symbols for a stream that was never opened are ignored.
+    let mut buf = [0u8; 100];
+    let at = wire::write_header(&mut buf, 0);
+    let at = wire::write_carrier(&mut buf, at, false, StreamId(5), 3);
+    mux.handle_packet(&buf[..at + 3], Timestamp::ZERO).unwrap();
+    assert!(mux.poll_event().is_none());
+    assert_eq!(mux.stream_count(), 0);
+}
+
+#[test]
+fn a_client_cannot_exceed_its_stream_limit() {
+    let config = StreamConfig {
+        max_streams: 2,
+        ..StreamConfig::default()
+    };
+    let mut mux = StreamMux::new(Role::Client, config, Timestamp::ZERO).unwrap();
+    mux.open("a:1", Timestamp::ZERO).unwrap();
+    mux.open("b:1", Timestamp::ZERO).unwrap();
+    assert!(matches!(
+        mux.open("c:1", Timestamp::ZERO),
+        Err(Error::TooManyStreams { max: 2 })
+    ));
+    assert!(matches!(
+        mux.open("", Timestamp::ZERO),
+        Err(Error::BadTarget { .. })
+    ));
+    let mut exit = StreamMux::new(Role::Exit, StreamConfig::default(), Timestamp::ZERO).unwrap();
+    assert!(matches!(
+        exit.open("a:1", Timestamp::ZERO),
+        Err(Error::StreamState { .. })
+    ));
+}
