@@ -3,7 +3,9 @@
 //!
 //! [`FaultShim`] is the sans-IO core: push datagrams in with the time they arrived, pop them
 //! out when they are due. [`FaultySocket`] applies it to what a UDP socket receives, so any
-//! transport reading through it sees a lossy, reordering network between real sockets.
+//! transport reading through it sees a lossy, reordering network between real sockets;
+//! [`crate::udp_driver::UdpTransport::set_faults`] puts it on the UDP transport's receive
+//! path, and [`FaultyQuicSocket`] is the QUIC endpoint's equivalent.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -59,6 +61,28 @@ pub struct FaultStats {
     pub duplicated: u64,
     /// Held back to be overtaken.
     pub reordered: u64,
+}
+
+/// A [`FaultStats`] shared between the task that owns a shim and the test reading it (the
+/// shim of [`crate::udp_driver::UdpTransport::set_faults`] lives inside the running
+/// transport). Cheap to clone; every clone reads the same counters.
+#[derive(Debug, Clone, Default)]
+pub struct FaultCounters {
+    stats: Arc<std::sync::Mutex<FaultStats>>,
+}
+
+impl FaultCounters {
+    /// What the shim did so far.
+    pub fn get(&self) -> FaultStats {
+        self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    /// Publish the shim's latest counters.
+    pub(crate) fn set(&self, stats: FaultStats) {
+        if let Ok(mut s) = self.stats.lock() {
+            *s = stats;
+        }
+    }
 }
 
 /// The sans-IO shim: a seeded decision per datagram and a queue ordered by release time.

@@ -490,11 +490,14 @@ impl UdpEngine {
     /// When [`handle_timeout`](Self::handle_timeout) is next needed.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         let rotate = self.cookie_rotated.saturating_add(COOKIE_ROTATION);
+        // Unacknowledged control messages too: without this their resends waited for the
+        // next HELLO resend or cookie rotation (up to two minutes) in the driver.
+        let first = self.control_due.map_or(rotate, |due| due.min(rotate));
         Some(
             self.dials
                 .values()
                 .map(|d| d.next_resend)
-                .fold(rotate, Timestamp::min),
+                .fold(first, Timestamp::min),
         )
     }
 

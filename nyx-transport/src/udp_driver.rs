@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::fault::{FaultConfig, FaultCounters, FaultShim};
 use crate::udp::{LinkStats, UdpConfig, UdpEngine, UdpEvent, UdpStats};
 
 /// Datagrams received per system call at most.
@@ -84,6 +85,15 @@ pub struct UdpTransport {
     run: Vec<PooledBuf>,
     /// Tests: a record of every datagram sent.
     tap: Option<(SocketAddr, crate::fault::WireTap)>,
+    /// Tests: faults applied to every datagram received.
+    faults: Option<ReceiveFaults>,
+}
+
+/// The fault shim on the receive path and the counters it publishes.
+#[derive(Debug)]
+struct ReceiveFaults {
+    shim: FaultShim<(SocketAddr, Vec<u8>)>,
+    counters: FaultCounters,
 }
 
 impl UdpTransport {
@@ -114,6 +124,7 @@ impl UdpTransport {
             batch: Vec::with_capacity(MAX_GSO_BYTES),
             run: Vec::with_capacity(64),
             tap: None,
+            faults: None,
         })
     }
 
@@ -130,6 +141,22 @@ impl UdpTransport {
         Ok(())
     }
 
+    /// Tests: pass every datagram this transport receives through a seeded
+    /// [`FaultShim`] (dropped, duplicated, delayed or held back to be reordered) before the
+    /// engine sees it; call before [`run`](Self::run). Handshake and control datagrams go
+    /// through it too: the engine resends HELLOs and unacknowledged control messages. What
+    /// is sent is unchanged (faults are injected once, on the receiving side). The returned
+    /// counters follow the shim while the transport runs. Without this call the receive
+    /// path has no shim and copies nothing.
+    pub fn set_faults(&mut self, config: FaultConfig) -> FaultCounters {
+        let counters = FaultCounters::default();
+        self.faults = Some(ReceiveFaults {
+            shim: FaultShim::new(config),
+            counters: counters.clone(),
+        });
+        counters
+    }
+
     /// Run until `commands` closes: execute commands, move datagrams, report events.
     #[tracing::instrument(name = "udp_transport", skip_all)]
     pub async fn run(
@@ -140,9 +167,12 @@ impl UdpTransport {
         let mut storage = vec![0u8; RECV_BUF * RECV_BATCH];
         let mut meta = [RecvMeta::default(); RECV_BATCH];
         loop {
-            let wake = self
-                .engine
-                .poll_timeout()
+            // The engine's next timer, or the next datagram the fault shim holds back.
+            let held = self.faults.as_ref().and_then(|f| f.shim.next_due());
+            let wake = [self.engine.poll_timeout(), held]
+                .into_iter()
+                .flatten()
+                .min()
                 .map(|t| self.epoch + std::time::Duration::from_nanos(t.as_nanos()));
             tokio::select! {
                 command = commands.recv() => {
@@ -162,6 +192,7 @@ impl UdpTransport {
                 }
                 () = sleep_until(wake) => {
                     let now = self.now();
+                    self.release_held(now);
                     self.engine.handle_timeout(now);
                 }
             }
@@ -216,8 +247,25 @@ impl UdpTransport {
         for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
             let stride = m.stride.max(1);
             for datagram in slice[..m.len].chunks(stride) {
-                self.engine.handle_datagram(m.addr, datagram, now);
+                match &mut self.faults {
+                    None => self.engine.handle_datagram(m.addr, datagram, now),
+                    Some(faults) => faults.shim.push(now, (m.addr, datagram.to_vec())),
+                }
             }
+        }
+        if let Some(faults) = &self.faults {
+            faults.counters.set(faults.shim.stats());
+        }
+        self.release_held(now);
+    }
+
+    /// Tests: hand the engine every datagram the fault shim releases by `now`.
+    fn release_held(&mut self, now: Timestamp) {
+        let Some(faults) = &mut self.faults else {
+            return;
+        };
+        while let Some((from, datagram)) = faults.shim.pop_due(now) {
+            self.engine.handle_datagram(from, &datagram, now);
         }
     }
 
