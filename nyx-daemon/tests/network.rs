@@ -56,6 +56,7 @@ async fn testnet(transport: TransportKind, net: u8, n: u8, tap: Option<WireTap>)
         nodes: n,
         net,
         settings: settings(tap),
+        echo: true,
         ..LocalTestnetSpec::default()
     };
     let inner = LocalTestnet::start(spec, transport).await.unwrap();

@@ -37,6 +37,36 @@ impl fmt::Display for ExitTarget {
     }
 }
 
+impl std::str::FromStr for ExitTarget {
+    type Err = PolicyError;
+
+    /// `host:port`, `a.b.c.d:port` or `[v6]:port`; the port is 1..=65535 and a host name
+    /// at most 253 printable characters without spaces.
+    fn from_str(s: &str) -> Result<Self, PolicyError> {
+        if let Ok(addr) = s.parse::<SocketAddr>() {
+            if addr.port() == 0 {
+                return Err(PolicyError::new(format!("{s:?}: port 0")));
+            }
+            return Ok(ExitTarget::Addr(addr));
+        }
+        let Some((name, port)) = s.rsplit_once(':') else {
+            return Err(PolicyError::new(format!("{s:?}: expected host:port")));
+        };
+        let port: u16 = match port.parse() {
+            Ok(p) if p > 0 => p,
+            _ => return Err(PolicyError::new(format!("{s:?}: bad port"))),
+        };
+        let printable = |c: char| c.is_ascii_graphic() && c != '[' && c != ']' && c != ':';
+        if name.is_empty() || name.len() > 253 || !name.chars().all(printable) {
+            return Err(PolicyError::new(format!("{s:?}: bad host name")));
+        }
+        Ok(ExitTarget::Host {
+            name: name.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
 /// Whether a rule lets matching destinations through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
@@ -556,6 +586,38 @@ mod tests {
         ] {
             let err = bad.parse::<ExitPolicy>().unwrap_err().to_string();
             assert!(err.contains(needle), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn targets_parse_or_say_why() {
+        let ok = |s: &str| s.parse::<ExitTarget>().unwrap();
+        assert_eq!(
+            ok("127.0.0.1:80"),
+            ExitTarget::Addr("127.0.0.1:80".parse().unwrap())
+        );
+        assert_eq!(
+            ok("[::1]:443"),
+            ExitTarget::Addr("[::1]:443".parse().unwrap())
+        );
+        assert_eq!(
+            ok("Example.ORG:8080"),
+            ExitTarget::Host {
+                name: "example.org".into(),
+                port: 8080
+            }
+        );
+        for bad in [
+            "",
+            "example.org",
+            "example.org:0",
+            "a b:80",
+            ":80",
+            "x:99999",
+            "1.2.3.4:0",
+            "[::1:80",
+        ] {
+            assert!(bad.parse::<ExitTarget>().is_err(), "{bad}");
         }
     }
 }

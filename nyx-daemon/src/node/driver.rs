@@ -16,16 +16,18 @@ use rand::rngs::StdRng;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::client::ClientStreams;
+use super::exit::ExitService;
 use super::links::{
     LinkEvent, LinkRef, Links, spawn_quic_acceptor, spawn_quic_dial, spawn_quic_driver,
 };
 use super::{
-    Bound, BoundNode, Circuit, CircuitMessage, Command, ExitRequest, Node, NodeHandle, NodeStats,
-    unix_now,
+    Bound, BoundNode, Circuit, CircuitMessage, Command, ExitRequest, ExitServiceKind, Node,
+    NodeHandle, NodeStats, unix_now,
 };
 use crate::Error;
 use crate::directory::Directory;
-use crate::overlay::{CircuitHandle, DestroyReason, Event, HopSpec, Output, Overlay};
+use crate::overlay::{CircuitHandle, DestroyReason, Event, ExitHandle, HopSpec, Output, Overlay};
 use crate::path::{ExitRequirement, PathError, PathSelector};
 
 /// Queue sizes between the tasks.
@@ -58,6 +60,9 @@ struct Driver {
     exits_tx: mpsc::Sender<ExitRequest>,
     builds: HashMap<CircuitHandle, PendingBuild>,
     circuits: HashMap<CircuitHandle, mpsc::Sender<CircuitMessage>>,
+    /// Stream endpoints of the circuits this node is the exit of.
+    exit_circuits: HashMap<ExitHandle, mpsc::Sender<CircuitMessage>>,
+    exit_service: Option<Arc<ExitService>>,
     settings: super::NodeSettings,
     aux: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     send_failures: u64,
@@ -114,6 +119,18 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         }
     };
     let selector = PathSelector::new(me, settings.transport, settings.path.clone());
+    if let Some((field, reason)) = settings.streams.problem() {
+        return Err(Error::StreamConfig { field, reason });
+    }
+    let exit_service = (settings.exit_service == ExitServiceKind::Streams).then(|| {
+        Arc::new(ExitService {
+            policy: settings.exit_policy.clone(),
+            config: settings.streams.clone(),
+            connect_timeout: settings.exit_connect_timeout,
+            connections: Arc::new(tokio::sync::Semaphore::new(settings.exit_max_connections)),
+        })
+    });
+    let streams = ClientStreams::new(settings.streams.clone(), settings.stream_open_timeout);
     let driver = Driver {
         overlay,
         epoch,
@@ -129,6 +146,8 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         exits_tx,
         builds: HashMap::new(),
         circuits: HashMap::new(),
+        exit_circuits: HashMap::new(),
+        exit_service,
         settings,
         aux: aux.clone(),
         send_failures: 0,
@@ -139,6 +158,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         handle: NodeHandle {
             id: me,
             commands: commands_tx,
+            streams,
         },
         exits: Some(exits_rx),
         task,
@@ -435,9 +455,16 @@ impl Driver {
                 };
                 let (tx, rx) = mpsc::channel(self.settings.circuit_queue);
                 self.circuits.insert(circuit, tx);
+                let path = self.overlay.path(circuit).unwrap_or_default();
+                let exit_policy = path
+                    .last()
+                    .and_then(|exit| self.directory.get(exit))
+                    .map(|d| d.exit_policy().clone())
+                    .unwrap_or_else(crate::directory::ExitPolicy::reject_all);
                 let handle = Circuit {
                     handle: circuit,
-                    path: self.overlay.path(circuit).unwrap_or_default(),
+                    path,
+                    exit_policy,
                     commands: self.commands_tx.clone(),
                     messages: rx,
                     closed: false,
@@ -482,16 +509,45 @@ impl Driver {
                 }
             }
             Event::Data { circuit, payload } => self.deliver_to_owner(circuit, payload),
-            Event::ExitData { exit, payload } => {
-                if self
-                    .exits_tx
-                    .try_send(ExitRequest { exit, payload })
-                    .is_err()
-                {
-                    self.owner_drops += 1;
+            Event::ExitData { exit, payload } => self.deliver_to_exit(exit, payload),
+            Event::ExitClosed { exit, reason } => {
+                if let Some(tx) = self.exit_circuits.remove(&exit) {
+                    let _ = tx.try_send(CircuitMessage::Destroyed { reason, hop: None });
                 }
             }
-            Event::ExitClosed { .. } => {}
+        }
+    }
+
+    /// A payload for a circuit this node exits: to its stream endpoint (started on the
+    /// first payload), or raw to whoever took the exit requests.
+    fn deliver_to_exit(&mut self, exit: ExitHandle, payload: Bytes) {
+        let Some(service) = &self.exit_service else {
+            if self
+                .exits_tx
+                .try_send(ExitRequest { exit, payload })
+                .is_err()
+            {
+                self.owner_drops += 1;
+            }
+            return;
+        };
+        if !self.exit_circuits.contains_key(&exit) {
+            let started =
+                service.spawn_circuit(exit, self.commands_tx.clone(), self.settings.circuit_queue);
+            match started {
+                Some((tx, task)) => {
+                    push_task(&self.aux, task);
+                    self.exit_circuits.insert(exit, tx);
+                }
+                None => {
+                    self.owner_drops += 1;
+                    return;
+                }
+            }
+        }
+        match self.exit_circuits.get(&exit) {
+            Some(tx) if tx.try_send(CircuitMessage::Data(payload)).is_ok() => {}
+            _ => self.owner_drops += 1,
         }
     }
 
@@ -524,6 +580,12 @@ impl Driver {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         if let Some(endpoint) = &self.quic {
             endpoint.close();
+        }
+        for (_, tx) in self.exit_circuits.drain() {
+            let _ = tx.try_send(CircuitMessage::Destroyed {
+                reason: DestroyReason::Shutdown,
+                hop: None,
+            });
         }
         for (_, tx) in self.circuits.drain() {
             let _ = tx.try_send(CircuitMessage::Destroyed {

@@ -1,18 +1,45 @@
 //! A running node: the overlay core driven by one async task that owns the transport,
-//! the timers and the path selector. An application embeds a node with [`BoundNode`]
-//! (bind, publish a descriptor, start with a directory) and uses circuits through
-//! [`NodeHandle::build_circuit`]; a relay just runs.
+//! the timers and the path selector; stream endpoints driven by one task per circuit; an
+//! exit service that connects streams to TCP targets.
+//!
+//! An application embeds a node with [`Node::builder`] (or [`BoundNode`]: bind, publish a
+//! descriptor, start with a directory), opens streams with [`Node::connect`] (a tokio
+//! `AsyncRead + AsyncWrite`), and the same node relays for others. Circuits are also
+//! available raw through [`NodeHandle::build_circuit`].
 //!
 //! This is the only place (with the binaries) that spawns tasks and binds sockets.
+//!
+//! ```no_run
+//! # async fn demo(directory: nyx_daemon::directory::Directory) -> Result<(), Box<dyn std::error::Error>> {
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! let node = nyx_daemon::node::Node::builder().directory(directory).build()?;
+//! let mut stream = node.connect("127.0.0.1:8080").await?;
+//! stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await?;
+//! let mut page = Vec::new();
+//! stream.read_to_end(&mut page).await?;
+//! node.shutdown().await;
+//! # Ok(()) }
+//! ```
 
+mod builder;
+mod client;
 mod driver;
+mod endpoint;
+mod exit;
 mod links;
+mod stream_io;
 pub mod testnet;
+
+pub use builder::NodeBuilder;
+pub use client::IsolationGroup;
+pub use stream_io::NyxStream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::stream::StreamConfig;
 use bytes::Bytes;
 use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
@@ -87,6 +114,32 @@ pub struct NodeSettings {
     pub circuit_queue: usize,
     /// Tests: record every datagram sent.
     pub tap: Option<WireTap>,
+    /// Tests: loss, duplication, reordering and delay applied to every datagram this node
+    /// receives (UDP) or sends (QUIC). Default: none.
+    pub faults: FaultConfig,
+    /// What this node lets its circuits' streams connect to, as an exit (also what its
+    /// descriptor publishes). Default: nothing (`reject *:*`).
+    pub exit_policy: ExitPolicy,
+    /// What this node does with payloads it receives as an exit. Default: streams.
+    pub exit_service: ExitServiceKind,
+    /// Streams (both as a client and as an exit).
+    pub streams: StreamConfig,
+    /// A client waits this long for the exit to connect a stream. Default 30 s.
+    pub stream_open_timeout: Duration,
+    /// An exit gives a target this long to resolve and accept. Default 10 s.
+    pub exit_connect_timeout: Duration,
+    /// TCP connections an exit keeps open at once, over all circuits. Default 4096.
+    pub exit_max_connections: usize,
+}
+
+/// What a node does with the payloads it receives as the last hop of a circuit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExitServiceKind {
+    /// Run streams and connect them to TCP targets its exit policy allows.
+    #[default]
+    Streams,
+    /// Hand raw payloads to [`Node::take_exit_requests`] (cell-level tests and tools).
+    Raw,
 }
 
 impl Default for NodeSettings {
@@ -101,6 +154,13 @@ impl Default for NodeSettings {
             build_attempts: 3,
             circuit_queue: 1024,
             tap: None,
+            faults: FaultConfig::default(),
+            exit_policy: ExitPolicy::reject_all(),
+            exit_service: ExitServiceKind::Streams,
+            streams: StreamConfig::default(),
+            stream_open_timeout: Duration::from_secs(30),
+            exit_connect_timeout: Duration::from_secs(10),
+            exit_max_connections: 4096,
         }
     }
 }
@@ -139,7 +199,7 @@ impl BoundNode {
                     settings.listen,
                     identity.clone(),
                     settings.quic.clone(),
-                    FaultConfig::default(),
+                    settings.faults.clone(),
                 )?;
                 if let Some(tap) = &settings.tap {
                     shim.set_tap(tap.clone());
@@ -155,6 +215,9 @@ impl BoundNode {
                 )?;
                 if let Some(tap) = &settings.tap {
                     udp.set_tap(tap.clone())?;
+                }
+                if settings.faults != FaultConfig::default() {
+                    let _counters = udp.set_faults(settings.faults.clone());
                 }
                 Bound::Udp(Box::new(udp))
             }
@@ -183,11 +246,11 @@ impl BoundNode {
         self.identity.node_id()
     }
 
-    /// This node's descriptor, signed, valid for `validity` from `now_unix`.
+    /// This node's descriptor, signed, valid for `validity` from `now_unix`; it publishes
+    /// the exit policy of the node's settings.
     pub fn descriptor(
         &self,
         nickname: &str,
-        exit_policy: ExitPolicy,
         bandwidth: u32,
         now_unix: u64,
         validity: Duration,
@@ -202,7 +265,7 @@ impl BoundNode {
             udp_addr,
             link_key: self.link_public.clone(),
             onion_certs: self.onion_keys.certs().to_vec(),
-            exit_policy,
+            exit_policy: self.settings.exit_policy.clone(),
             bandwidth,
             published: now_unix,
             valid_until: now_unix + validity.as_secs(),
@@ -293,6 +356,7 @@ enum Command {
 pub struct NodeHandle {
     id: NodeId,
     commands: mpsc::Sender<Command>,
+    streams: Arc<client::ClientStreams>,
 }
 
 impl NodeHandle {
@@ -350,6 +414,7 @@ fn check_len(len: usize, max: usize) -> Result<(), Error> {
 pub struct Circuit {
     handle: CircuitHandle,
     path: Vec<NodeId>,
+    exit_policy: ExitPolicy,
     commands: mpsc::Sender<Command>,
     messages: mpsc::Receiver<CircuitMessage>,
     closed: bool,
@@ -364,6 +429,11 @@ impl Circuit {
     /// Its relays, entry first.
     pub fn path(&self) -> &[NodeId] {
         &self.path
+    }
+
+    /// The exit policy its exit published.
+    pub fn exit_policy(&self) -> &ExitPolicy {
+        &self.exit_policy
     }
 
     /// Send a payload (at most [`crate::overlay::MAX_FORWARD_BODY`] bytes) to the exit.
@@ -417,6 +487,27 @@ pub struct Node {
 }
 
 impl Node {
+    /// Configure, bind and start a node (see [`NodeBuilder`]).
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder::default()
+    }
+
+    /// Open a stream to `target` ("host:port") through a 3-hop circuit; see
+    /// [`NodeHandle::connect`].
+    pub async fn connect(&self, target: &str) -> Result<NyxStream, Error> {
+        self.handle.connect(target).await
+    }
+
+    /// [`connect`](Self::connect) in an isolation group; see
+    /// [`NodeHandle::connect_isolated`].
+    pub async fn connect_isolated(
+        &self,
+        target: &str,
+        group: &IsolationGroup,
+    ) -> Result<NyxStream, Error> {
+        self.handle.connect_isolated(target, group).await
+    }
+
     /// A handle for using the node.
     pub fn handle(&self) -> NodeHandle {
         self.handle.clone()
@@ -428,9 +519,14 @@ impl Node {
         self.exits.take()
     }
 
-    /// Stop gracefully: tear every circuit down (DESTROY with reason shutdown), close links,
-    /// and wait for the tasks, at most `grace`.
-    pub async fn shutdown(self, grace: Duration) {
+    /// Stop gracefully within 5 seconds; see [`shutdown_within`](Self::shutdown_within).
+    pub async fn shutdown(self) {
+        self.shutdown_within(Duration::from_secs(5)).await;
+    }
+
+    /// Stop gracefully: tear every circuit down (DESTROY with reason shutdown, so streams
+    /// fail at once at the other end), close links, and wait for the tasks, at most `grace`.
+    pub async fn shutdown_within(self, grace: Duration) {
         let (reply, rx) = oneshot::channel();
         if self
             .handle

@@ -8,7 +8,7 @@ use std::time::Duration;
 use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
 
-use super::{BoundNode, Node, NodeKeys, NodeSettings, unix_now};
+use super::{BoundNode, ExitServiceKind, Node, NodeKeys, NodeSettings, unix_now};
 use crate::Error;
 use crate::directory::{Directory, ExitPolicy};
 
@@ -23,8 +23,8 @@ pub struct LocalTestnetSpec {
     pub settings: NodeSettings,
     /// Exit policy of every node. Default: loopback only.
     pub exit_policy: ExitPolicy,
-    /// Answer every payload an exit receives with the same payload (cell-level tests before
-    /// streams exist). Default true.
+    /// Answer every payload an exit receives with the same payload instead of running
+    /// streams (cell-level tests). Default false.
     pub echo: bool,
 }
 
@@ -35,7 +35,7 @@ impl Default for LocalTestnetSpec {
             net: 0,
             settings: NodeSettings::default(),
             exit_policy: ExitPolicy::loopback_only(),
-            echo: true,
+            echo: false,
         }
     }
 }
@@ -63,19 +63,26 @@ impl LocalTestnet {
             let mut settings = NodeSettings {
                 transport,
                 listen: SocketAddr::from((Ipv4Addr::new(127, 0, spec.net, i), 0)),
+                exit_policy: spec.exit_policy.clone(),
+                exit_service: if spec.echo {
+                    ExitServiceKind::Raw
+                } else {
+                    ExitServiceKind::Streams
+                },
                 ..spec.settings.clone()
             };
             // Every node of a local testnet is in one /24, the UDP transport's unit for its
             // per-source HELLO limit (10/s by default): raise it so that the nodes dialling
             // each other at start do not refuse each other.
             settings.udp.hello_rate_per_source = settings.udp.hello_rate_per_source.max(1000);
+            // Each node's fault shim draws its own random sequence.
+            settings.faults.seed = settings.faults.seed.wrapping_add(u64::from(i));
             bound.push(BoundNode::bind(keys, settings)?);
         }
         let mut descriptors = Vec::new();
         for (i, b) in bound.iter().enumerate() {
             let d = b.descriptor(
                 &format!("node{i}"),
-                spec.exit_policy.clone(),
                 100,
                 now,
                 Duration::from_secs(24 * 3600),

@@ -65,9 +65,9 @@ pub struct OverlayConfig {
     pub link_queue_cells: usize,
     /// Cells of one relayed circuit queued at most before drops. Default 256.
     pub circuit_queue_cells: usize,
-    /// Cells a peer may send over its link. Default 20000/s, burst 2000.
+    /// Cells a peer may send over its link. Default 200000/s (about 230 MB/s), burst 20000.
     pub link_cells: Quota,
-    /// Cells on one relayed circuit. Default 5000/s, burst 500.
+    /// Cells on one relayed circuit. Default 100000/s (about 115 MB/s), burst 10000.
     pub circuit_cells: Quota,
     /// CREATEs a peer may send. Default 10/s, burst 20.
     pub circuit_creates: Quota,
@@ -96,8 +96,8 @@ impl Default for OverlayConfig {
             max_circuits_per_link: 2048,
             link_queue_cells: 1024,
             circuit_queue_cells: 256,
-            link_cells: quota(20_000, 2_000),
-            circuit_cells: quota(5_000, 500),
+            link_cells: quota(200_000, 20_000),
+            circuit_cells: quota(100_000, 10_000),
             circuit_creates: quota(10, 20),
             max_limited_keys: 65_536,
             replay_cache: 65_536,

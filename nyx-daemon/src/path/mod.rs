@@ -15,7 +15,8 @@
 //!   the guard is the only possible exit (or every exit shares its subnet), the next guard is
 //!   the entry instead.
 //! * Hops are distinct, and with `distinct_subnets` no two hops share an IPv4 /16 or IPv6 /32
-//!   (comparing every address of their descriptors).
+//!   (comparing every address of their descriptors; loopback relays, a local test network,
+//!   are exempt).
 //! * With one hop the path is just the exit; guards are not used.
 
 mod guard;
@@ -372,5 +373,10 @@ fn subnet(ip: IpAddr) -> (bool, u32) {
 /// Whether any address of `a` shares a subnet with any address of `b`.
 fn same_subnet(a: &Descriptor, b: &Descriptor) -> bool {
     let addrs = |d: &Descriptor| [d.quic_addr(), d.udp_addr()].into_iter().flatten();
-    addrs(a).any(|x| addrs(b).any(|y| subnet(x.ip()) == subnet(y.ip())))
+    // Loopback relays are a local test network by construction: the rule cannot mean
+    // anything there (Tor turns it off for test networks too).
+    let apart = |x: std::net::SocketAddr, y: std::net::SocketAddr| {
+        canonical(x.ip()).is_loopback() && canonical(y.ip()).is_loopback()
+    };
+    addrs(a).any(|x| addrs(b).any(|y| !apart(x, y) && subnet(x.ip()) == subnet(y.ip())))
 }

@@ -243,10 +243,25 @@ fn hops_are_in_distinct_subnets_unless_disabled() {
     }
     let same = Directory::from_descriptors(
         (1..=4)
+            .map(|i| relay(i, &format!("10.9.0.{i}"), 100, &policy))
+            .collect(),
+    )
+    .unwrap();
+    // Loopback relays (a local test network) are exempt.
+    let local = Directory::from_descriptors(
+        (1..=4)
             .map(|i| relay(i, &format!("127.0.0.{i}"), 100, &policy))
             .collect(),
     )
     .unwrap();
+    assert_eq!(
+        selector(3)
+            .select(&local, &ExitRequirement::Any, T0, &mut rng)
+            .unwrap()
+            .hops
+            .len(),
+        3
+    );
     assert_eq!(
         selector(3).select(&same, &ExitRequirement::Any, T0, &mut rng),
         Err(PathError::NotEnoughRelays {

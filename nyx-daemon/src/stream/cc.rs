@@ -7,24 +7,24 @@ use std::time::Duration;
 
 use nyx_core::Timestamp;
 
-/// How a circuit's window moves, in cells. Defaults in brackets.
+/// How a circuit's window moves, in cells.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CcConfig {
-    /// Window at the start [32].
+    /// Window at the start (default 32).
     pub initial_window: u32,
-    /// Never below this [8].
+    /// Never below this (default 8).
     pub min_window: u32,
-    /// Never above this [1024]; bounds what a circuit may queue at a relay.
+    /// Never above this (default 1024); bounds what a circuit may queue at a relay.
     pub max_window: u32,
-    /// Below this many cells queued on the path, grow [12].
+    /// Below this many cells queued on the path, grow (default 12).
     pub alpha: u32,
-    /// Above this many, shrink [24].
+    /// Above this many, shrink (default 24).
     pub beta: u32,
-    /// Slow start ends once this many are queued [16].
+    /// Slow start ends once this many are queued (default 16).
     pub gamma: u32,
-    /// Above this many, cut the window by 30% at once [64].
+    /// Above this many, cut the window by 30% at once (default 64).
     pub delta: u32,
-    /// How long a minimum RTT stays the base (then the base is re-learned) [10 s].
+    /// How long a minimum RTT stays the base (then the base is re-learned) (default 10 s).
     pub base_rtt_lifetime: Duration,
 }
 

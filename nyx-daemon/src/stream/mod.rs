@@ -130,19 +130,20 @@ impl fmt::Display for ResetReason {
     }
 }
 
-/// How the streams of a circuit behave. Defaults in brackets.
+/// How the streams of a circuit behave.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamConfig {
-    /// FEC of each stream direction (`symbol_size` is forced to [`SYMBOL_SIZE`]) [256-symbol
-    /// blocks, 32 blocks in flight, 2 ms flush delay, 10 ms feedback, 20 ms repair holdoff].
+    /// FEC of each stream direction (`symbol_size` is forced to [`SYMBOL_SIZE`]). Default:
+    /// 256-symbol blocks, 32 blocks in flight, 2 ms flush delay, 10 ms feedback interval,
+    /// 20 ms repair holdoff, the rest as [`FecConfig::default`].
     pub fec: FecConfig,
-    /// Bytes a stream's receiver buffers ahead of its reader [2 MiB].
+    /// Bytes a stream's receiver buffers ahead of its reader (default 2 MiB).
     pub stream_window: u64,
-    /// Streams open at once on one circuit; more are refused [256].
+    /// Streams open at once on one circuit; more are refused (default 256).
     pub max_streams: usize,
-    /// An ACK is sent after this many packets that ask for one [8]...
+    /// An ACK is sent after this many packets that ask for one (default 8)...
     pub ack_every: u32,
-    /// ...or when the oldest waited this long [2 ms].
+    /// ...or when the oldest waited this long (default 2 ms).
     pub max_ack_delay: Duration,
     /// The circuit's congestion control.
     pub cc: CcConfig,

@@ -68,6 +68,42 @@ pub struct MuxStats {
     pub min_rtt: Duration,
 }
 
+impl MuxStats {
+    /// Add another mux's counters (the window, RTTs and in-flight count: the larger).
+    pub fn accumulate(&mut self, o: &MuxStats) {
+        self.packets_sent += o.packets_sent;
+        self.ack_only_sent += o.ack_only_sent;
+        self.packets_received += o.packets_received;
+        self.duplicates += o.duplicates;
+        self.malformed += o.malformed;
+        self.lost += o.lost;
+        self.controls_resent += o.controls_resent;
+        self.probe_timeouts += o.probe_timeouts;
+        self.streams_opened += o.streams_opened;
+        self.streams_reset += o.streams_reset;
+        self.fec_packets += o.fec_packets;
+        self.fec_source_symbols += o.fec_source_symbols;
+        self.fec_requested_repair += o.fec_requested_repair;
+        self.congestion_events += o.congestion_events;
+        self.window = self.window.max(o.window);
+        self.in_flight = self.in_flight.max(o.in_flight);
+        self.srtt = self.srtt.max(o.srtt);
+        self.min_rtt = if self.min_rtt.is_zero() {
+            o.min_rtt
+        } else {
+            self.min_rtt.min(o.min_rtt)
+        };
+    }
+
+    /// FEC symbol packets sent per source symbol (1.0 = no overhead; 0 before any data).
+    pub fn fec_overhead(&self) -> f64 {
+        if self.fec_source_symbols == 0 {
+            return 0.0;
+        }
+        self.fec_packets as f64 / self.fec_source_symbols as f64
+    }
+}
+
 /// One end of the streams of a circuit. Sans-IO: feed it the circuit's DATA payloads with
 /// [`handle_packet`](Self::handle_packet), send what
 /// [`poll_transmit`](Self::poll_transmit) writes, call
@@ -300,6 +336,11 @@ impl StreamMux {
     /// Whether the client's stream was opened by the exit.
     pub fn is_opened(&self, id: StreamId) -> bool {
         self.streams.get(&id).is_some_and(|s| s.opened)
+    }
+
+    /// Whether control frames wait to be sent (a read may have opened the window).
+    pub fn has_queued_controls(&self) -> bool {
+        !self.controls.is_empty()
     }
 
     /// Streams held now.

@@ -160,8 +160,7 @@ pub enum Frame<'a> {
         /// The nyx-fec feedback.
         feedback: &'a [u8],
     },
-    /// A control frame (OPEN carries its target as a borrowed string while decoding; it is
-    /// copied into [`Control::Open`]).
+    /// A control frame (an OPEN's target is copied out of the packet).
     Control(Control),
     /// Asks for an acknowledgement; carries nothing.
     Ping,

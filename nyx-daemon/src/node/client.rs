@@ -1,0 +1,168 @@
+//! The client side of streams: a pool of circuits per isolation group, and
+//! [`NodeHandle::connect`](super::NodeHandle::connect).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::endpoint::{self, Endpoint, Port};
+use super::{NodeHandle, NyxStream};
+use crate::Error;
+use crate::directory::{ExitPolicy, ExitTarget};
+use crate::path::ExitRequirement;
+use crate::stream::{MuxStats, ResetReason, Role, StreamConfig, StreamMux};
+
+/// Streams in different groups never share a circuit (Tor's stream isolation): use one
+/// group per identity an application must keep unlinkable (per user, per SOCKS
+/// credentials, per site).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct IsolationGroup(String);
+
+impl IsolationGroup {
+    /// The group named `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        IsolationGroup(name.into())
+    }
+}
+
+/// A circuit in the pool and the exit policy its exit published.
+#[derive(Debug)]
+struct Pooled {
+    ep: Endpoint,
+    policy: ExitPolicy,
+}
+
+/// What a node's handles share for opening streams.
+#[derive(Debug)]
+pub(super) struct ClientStreams {
+    pool: tokio::sync::Mutex<HashMap<IsolationGroup, Vec<Pooled>>>,
+    config: StreamConfig,
+    open_timeout: Duration,
+}
+
+impl ClientStreams {
+    pub(super) fn new(config: StreamConfig, open_timeout: Duration) -> Arc<Self> {
+        Arc::new(ClientStreams {
+            pool: tokio::sync::Mutex::new(HashMap::new()),
+            config,
+            open_timeout,
+        })
+    }
+
+    /// The stream counters of the circuits in the pool, summed.
+    pub(super) async fn stats(&self) -> MuxStats {
+        let pool = self.pool.lock().await;
+        let mut sum = MuxStats::default();
+        for p in pool.values().flatten() {
+            sum.accumulate(&p.ep.lock().mux.stats());
+        }
+        sum
+    }
+}
+
+impl NodeHandle {
+    /// Open a stream to `target` ("host:port", resolved by the exit) in the default
+    /// isolation group: reuses a circuit of the group whose exit allows the target, or builds
+    /// one. Fails with [`Error::StreamReset`] if the exit refuses (policy, connection refused,
+    /// unreachable, timeout).
+    pub async fn connect(&self, target: &str) -> Result<NyxStream, Error> {
+        self.connect_isolated(target, &IsolationGroup::default())
+            .await
+    }
+
+    /// The stream counters (packets, loss, FEC overhead, window) of this node's circuits
+    /// that are still open, summed.
+    pub async fn stream_stats(&self) -> MuxStats {
+        self.streams.stats().await
+    }
+
+    /// [`connect`](Self::connect) within `group`: never on a circuit of another group.
+    pub async fn connect_isolated(
+        &self,
+        target: &str,
+        group: &IsolationGroup,
+    ) -> Result<NyxStream, Error> {
+        let parsed: ExitTarget = target.parse().map_err(|_| Error::BadTarget {
+            target: target.to_string(),
+            reason: "expected host:port with a port in 1..=65535",
+        })?;
+        // A circuit that dies between the pool's check and the OPEN is retried once.
+        let mut last = Error::NodeStopped;
+        for _ in 0..2 {
+            let ep = self.circuit_for(group, &parsed).await?;
+            match self.open_on(ep, target).await {
+                Err(Error::StreamReset {
+                    reason: ResetReason::CircuitLost,
+                }) => {
+                    last = Error::StreamReset {
+                        reason: ResetReason::CircuitLost,
+                    };
+                }
+                other => return other,
+            }
+        }
+        Err(last)
+    }
+
+    async fn open_on(&self, ep: Endpoint, target: &str) -> Result<NyxStream, Error> {
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut s = ep.lock();
+            let now = s.now();
+            let id = s.mux.open(target, now)?;
+            s.opens.insert(id, tx);
+            id
+        };
+        ep.notify.notify_one();
+        let stream = NyxStream::new(ep, id);
+        match tokio::time::timeout(self.streams.open_timeout, rx).await {
+            Ok(Ok(Ok(()))) => Ok(stream),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err(Error::StreamReset {
+                reason: ResetReason::CircuitLost,
+            }),
+            Err(_) => {
+                stream.reset(ResetReason::Timeout);
+                Err(Error::StreamReset {
+                    reason: ResetReason::Timeout,
+                })
+            }
+        }
+    }
+
+    /// A usable circuit of `group` whose exit allows `target`, built if there is none.
+    async fn circuit_for(
+        &self,
+        group: &IsolationGroup,
+        target: &ExitTarget,
+    ) -> Result<Endpoint, Error> {
+        let max = self.streams.config.max_streams;
+        let mut pool = self.streams.pool.lock().await;
+        let list = pool.entry(group.clone()).or_default();
+        list.retain(|p| p.ep.lock().gone.is_none());
+        if let Some(p) = list
+            .iter()
+            .find(|p| p.policy.allows(target) && p.ep.usable(max))
+        {
+            return Ok(p.ep.clone());
+        }
+        let circuit = self
+            .build_circuit(ExitRequirement::Target(target.clone()))
+            .await?;
+        let policy = circuit.exit_policy.clone();
+        let mux = StreamMux::new(
+            Role::Client,
+            self.streams.config.clone(),
+            nyx_core::Timestamp::ZERO,
+        )?;
+        let ep = Endpoint::new(mux, circuit.path.clone());
+        tokio::spawn(endpoint::run(ep.clone(), Port::Client(circuit), None));
+        list.push(Pooled {
+            ep: ep.clone(),
+            policy,
+        });
+        Ok(ep)
+    }
+}
