@@ -15,8 +15,10 @@
 //! address; and every source prefix is rate-limited (nyx-core `KeyedLimiter`) before any
 //! decapsulation. The responder counts a link as up only when the first DATA of the new
 //! session authenticates (a replayed HELLO yields a session nobody can use); the initiator
-//! sends an empty DATA right after WELCOME for that. Lost HELLOs are resent (same bytes) until
-//! `handshake_timeout` × `handshake_attempts`.
+//! sends an empty DATA right after WELCOME for that. A HELLO without an answer is followed,
+//! after `handshake_timeout`, by a fresh HELLO (new ephemeral keys: an independent handshake,
+//! so the responder's replay cache never has to accept a repeat), up to `handshake_attempts`;
+//! see [`UdpEngine::handle_timeout`] for how both sides settle on one of several attempts.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -48,6 +50,12 @@ const T_DATA: u8 = 0x04;
 const COOKIE_LEN: usize = 16;
 const COOKIE_ROTATION: Duration = Duration::from_secs(120);
 const MAX_COOKIE_RESENDS: u32 = 2;
+/// Initiator: HELLOs of one dial whose WELCOME is still accepted (a late WELCOME for an
+/// earlier attempt still completes the dial), at most.
+const MAX_HELLOS_KEPT: usize = 8;
+/// Responder: sessions of handshakes from one address that wait for their first DATA besides
+/// the link's own session, at most (the newest are kept).
+const MAX_PENDING: usize = 4;
 /// DATA payload kinds (inside the authenticated payload, so they cannot be altered).
 const KIND_CELL: u8 = 0;
 const KIND_CONTROL: u8 = 1;
@@ -65,7 +73,7 @@ pub struct UdpConfig {
     pub cookie_threshold: u32,
     /// HELLOs per second accepted from one source prefix (IPv4 /24, IPv6 /48). Default 10.
     pub hello_rate_per_source: u32,
-    /// Wait before resending a HELLO. Default 1 s.
+    /// Wait before an unanswered HELLO is followed by a fresh one. Default 1 s.
     pub handshake_timeout: Duration,
     /// HELLOs sent before a dial fails. Default 5.
     pub handshake_attempts: u32,
@@ -179,11 +187,20 @@ struct Link {
     handshake_sent: Timestamp,
     /// Responder side: up only once the initiator's first DATA authenticated.
     confirmed: bool,
-    /// A newer session from a HELLO that arrived while this link was up: it replaces the
-    /// current one only when a DATA authenticates under it (the peer restarted). A replayed
-    /// HELLO, even with a spoofed source, therefore cannot tear down a live link.
-    pending: Option<(NodeId, Session)>,
+    /// Sessions of later HELLOs from this address (oldest first, at most [`MAX_PENDING`]),
+    /// each waiting for a DATA that authenticates under it. Such a DATA promotes it to the
+    /// link's session and discards the older ones (see `UdpEngine::on_data`); nothing else
+    /// does, so a replayed HELLO, even with a spoofed source, cannot tear down a live link.
+    pending: VecDeque<Pending>,
     control: ControlState,
+}
+
+/// A responder's session from a HELLO that is not (yet) the link's session.
+struct Pending {
+    peer: NodeId,
+    session: Session,
+    /// When its WELCOME was sent, for the RTT.
+    welcome_sent: Timestamp,
 }
 
 /// A reliable, ordered control channel inside a link's session: numbered messages,
@@ -198,15 +215,25 @@ struct ControlState {
 
 struct Dial {
     peer: NodeId,
-    sent: LinkInitiatorSent,
-    hello: Box<[u8; HELLO_LEN]>,
+    peer_key: HybridPublicKey,
+    /// One entry per fresh HELLO sent, oldest first (at most [`MAX_HELLOS_KEPT`]): the
+    /// initiator state a WELCOME for it finishes. The last is the one resent with a cookie.
+    hellos: VecDeque<HelloSent>,
     cookie: [u8; COOKIE_LEN],
+    /// HELLOs sent (fresh ones and cookie resends).
     attempts: u32,
     next_resend: Timestamp,
-    last_sent: Timestamp,
     /// HELLOs resent because of a COOKIE (bounded: a forged COOKIE stream must not turn this
     /// node into a HELLO amplifier).
     cookie_resends: u32,
+}
+
+/// One HELLO of a dial.
+struct HelloSent {
+    state: LinkInitiatorSent,
+    hello: Box<[u8; HELLO_LEN]>,
+    /// When it was last sent, for the RTT.
+    sent: Timestamp,
 }
 
 /// The UDP transport's protocol state for one node: feed it datagrams and time, take
@@ -287,24 +314,19 @@ impl UdpEngine {
         addr: SocketAddr,
         now: Timestamp,
     ) -> Result<(), Error> {
-        let (sent, hello) = LinkInitiator::new(&self.identity, peer, peer_key)
-            .start()
-            .map_err(|e| Error::Link {
-                reason: e.to_string(),
-            })?;
         let dial = Dial {
             peer,
-            sent,
-            hello,
+            peer_key,
+            hellos: VecDeque::new(),
             cookie: [0; COOKIE_LEN],
             attempts: 0,
             next_resend: now,
-            last_sent: now,
             cookie_resends: 0,
         };
         self.dials.insert(addr, dial);
-        self.send_hello(addr, now);
-        Ok(())
+        self.send_hello(addr, true, now).inspect_err(|_| {
+            self.dials.remove(&addr);
+        })
     }
 
     /// Seal and queue one cell to the peer at `addr`: one copy of the cell, into the pooled
@@ -437,8 +459,21 @@ impl UdpEngine {
         }
     }
 
-    /// Resend lost HELLOs and unacknowledged control messages, give up on dials that ran out
-    /// of attempts, rotate the cookie key.
+    /// Follow unanswered HELLOs with fresh ones, resend unacknowledged control messages, give
+    /// up on dials that ran out of attempts, rotate the cookie key.
+    ///
+    /// A HELLO is never resent as is after a timeout: a responder that processed it (its
+    /// WELCOME was lost) would refuse the repeat as a replay. Each resend is a new handshake
+    /// instead (new ephemeral keys), so the responder's replay protection stays as strict as
+    /// it is. Several handshakes of one dial may then be answered, and neither side can tell
+    /// which WELCOME the network delivers, so both keep the recent ones: the initiator
+    /// finishes the first WELCOME that completes any HELLO it still holds (a late answer to
+    /// an earlier attempt is as good as the latest) and sends its confirming DATA under that
+    /// session; the responder holds the session of each HELLO from that address and promotes
+    /// the one a DATA authenticates under (see `on_data`). (The alternative, the responder
+    /// caching its WELCOME for a repeated HELLO, would work too; fresh HELLOs need no
+    /// exception to the replay rule, and nothing binds to a HELLO: the cookie is an HMAC of
+    /// the source address only, so it carries over to the next HELLO.)
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let mut resend = Vec::new();
         if self.control_due.is_some_and(|due| now >= due) {
@@ -481,8 +516,12 @@ impl UdpEngine {
                     addr,
                     reason: "no answer to HELLO".to_string(),
                 });
-            } else {
-                self.send_hello(addr, now);
+            } else if let Err(e) = self.send_hello(addr, true, now) {
+                self.dials.remove(&addr);
+                self.events.push_back(UdpEvent::Failed {
+                    addr,
+                    reason: e.to_string(),
+                });
             }
         }
     }
@@ -525,16 +564,39 @@ impl UdpEngine {
             .collect()
     }
 
-    fn send_hello(&mut self, addr: SocketAddr, now: Timestamp) {
+    /// Send a HELLO of the dial to `addr`: a new handshake if `fresh` (or none is held),
+    /// else the latest one again (after a COOKIE: the responder did not process it, so it is
+    /// not a replay).
+    fn send_hello(&mut self, addr: SocketAddr, fresh: bool, now: Timestamp) -> Result<(), Error> {
         let timeout = self.config.handshake_timeout;
         let Some(dial) = self.dials.get_mut(&addr) else {
-            return;
+            return Ok(());
         };
+        if fresh || dial.hellos.is_empty() {
+            let (state, hello) =
+                LinkInitiator::new(&self.identity, dial.peer, dial.peer_key.clone())
+                    .start()
+                    .map_err(|e| Error::Link {
+                        reason: e.to_string(),
+                    })?;
+            dial.hellos.push_back(HelloSent {
+                state,
+                hello,
+                sent: now,
+            });
+            if dial.hellos.len() > MAX_HELLOS_KEPT {
+                dial.hellos.pop_front();
+            }
+        }
+        let Some(latest) = dial.hellos.back_mut() else {
+            return Ok(());
+        };
+        latest.sent = now;
         dial.attempts += 1;
         dial.next_resend = now.saturating_add(timeout);
-        dial.last_sent = now;
-        let (cookie, hello) = (dial.cookie, dial.hello.clone());
+        let (cookie, hello) = (dial.cookie, latest.hello.clone());
         self.queue(addr, &[&[T_HELLO], &cookie, &hello[..]]);
+        Ok(())
     }
 
     fn on_hello(&mut self, from: SocketAddr, body: &[u8], now: Timestamp) {
@@ -571,20 +633,40 @@ impl UdpEngine {
             now,
         ) {
             Ok((session, welcome, initiator)) => {
+                let peer = initiator.node_id();
                 match self.links.get_mut(&from) {
-                    Some(live) if live.confirmed => {
-                        live.pending = Some((initiator.node_id(), session));
+                    // A later HELLO from an address with a link (up, or still waiting for its
+                    // first DATA): the initiator's next attempt after a lost WELCOME, a
+                    // restarted peer, or a replay with a spoofed source. Which one is known
+                    // only when a DATA authenticates, so the new session waits beside the
+                    // link's own; the link is left as it is.
+                    Some(link) => {
+                        link.pending.push_back(Pending {
+                            peer,
+                            session,
+                            welcome_sent: now,
+                        });
+                        if link.pending.len() > MAX_PENDING {
+                            let oldest = link.pending.pop_front();
+                            // A link not yet up is itself only the oldest candidate: drop it
+                            // first. A live link is never dropped for a HELLO.
+                            if let (false, Some(next)) = (link.confirmed, oldest) {
+                                link.peer = next.peer;
+                                link.session = next.session;
+                                link.handshake_sent = next.welcome_sent;
+                            }
+                        }
                     }
-                    _ => {
+                    None => {
                         self.links.insert(
                             from,
                             Link {
-                                peer: initiator.node_id(),
+                                peer,
                                 session,
                                 stats: LinkStats::default(),
                                 handshake_sent: now,
                                 confirmed: false,
-                                pending: None,
+                                pending: VecDeque::new(),
                                 control: ControlState::default(),
                             },
                         );
@@ -611,48 +693,54 @@ impl UdpEngine {
             return;
         }
         dial.cookie_resends += 1;
-        self.send_hello(from, now);
+        // The RNG failing (only when no HELLO is held) leaves the dial to its timer.
+        let _ = self.send_hello(from, false, now);
     }
 
     fn on_welcome(&mut self, from: SocketAddr, welcome: &[u8], now: Timestamp) {
-        let Some(dial) = self.dials.remove(&from) else {
+        let Some(dial) = self.dials.get_mut(&from) else {
             self.stats.dropped_malformed += 1;
             return;
         };
-        let (peer, hello_sent) = (dial.peer, dial.last_sent);
-        match dial.sent.finish(welcome, self.config.rekey, now) {
-            Ok(session) => {
-                let stats = LinkStats {
-                    rtt: Some(now.saturating_duration_since(hello_sent)),
-                    ..LinkStats::default()
-                };
-                self.links.insert(
-                    from,
-                    Link {
-                        peer,
-                        session,
-                        stats,
-                        handshake_sent: now,
-                        confirmed: true,
-                        pending: None,
-                        control: ControlState::default(),
-                    },
-                );
-                self.stats.handshakes_ok += 1;
-                self.events
-                    .push_back(UdpEvent::Connected { peer, addr: from });
-                // A DATA with no payload confirms the session to the responder at once.
-                let _ = self.send_empty(from, now);
-            }
-            Err(e) => {
-                // A forged or corrupted WELCOME ends this attempt; report it.
-                self.stats.handshakes_failed += 1;
-                self.events.push_back(UdpEvent::Failed {
-                    addr: from,
-                    reason: e.to_string(),
-                });
+        // Which HELLO this answers is not in the WELCOME: try the held ones, newest first
+        // (usually the one answered). `finish` consumes the state it tries, so a WELCOME
+        // that completes none (forged or corrupted) ends the attempts in flight, not the
+        // dial: its timer sends a fresh HELLO.
+        let mut finished = None;
+        while let Some(attempt) = dial.hellos.pop_back() {
+            if let Ok(session) = attempt.state.finish(welcome, self.config.rekey, now) {
+                finished = Some((session, attempt.sent));
+                break;
             }
         }
+        let Some((session, hello_sent)) = finished else {
+            self.stats.handshakes_failed += 1;
+            tracing::debug!(%from, "udp WELCOME refused");
+            return;
+        };
+        let peer = dial.peer;
+        self.dials.remove(&from);
+        let stats = LinkStats {
+            rtt: Some(now.saturating_duration_since(hello_sent)),
+            ..LinkStats::default()
+        };
+        self.links.insert(
+            from,
+            Link {
+                peer,
+                session,
+                stats,
+                handshake_sent: now,
+                confirmed: true,
+                pending: VecDeque::new(),
+                control: ControlState::default(),
+            },
+        );
+        self.stats.handshakes_ok += 1;
+        self.events
+            .push_back(UdpEvent::Connected { peer, addr: from });
+        // A DATA with no payload confirms the session to the responder at once.
+        let _ = self.send_empty(from, now);
     }
 
     fn on_data(&mut self, from: SocketAddr, body: &[u8], now: Timestamp) {
@@ -675,19 +763,38 @@ impl UdpEngine {
         let range = match link.session.open(now, &mut buf) {
             Ok(range) => range,
             Err(_) => {
-                // Perhaps the peer restarted and this is its new session. (A failed open
-                // changes neither the session nor the buffer.)
+                // Perhaps a later handshake from this address completed: the initiator's
+                // next attempt after a lost WELCOME, or a restarted peer. Newest first. (A
+                // failed open changes neither the session nor the buffer.)
                 let opened = link
                     .pending
-                    .as_mut()
-                    .and_then(|(_, session)| session.open(now, &mut buf).ok());
-                let (Some(range), Some((peer, session))) = (opened, link.pending.take()) else {
+                    .iter_mut()
+                    .enumerate()
+                    .rev()
+                    .find_map(|(i, p)| p.session.open(now, &mut buf).ok().map(|r| (i, r)));
+                let Some((i, range)) = opened else {
                     self.stats.dropped_auth += 1;
                     link.stats.dropped_auth += 1;
                     return;
                 };
-                link.peer = peer;
-                link.session = session;
+                // The newest completed handshake wins: it becomes the link's session, the
+                // older ones go (the initiator finishes one handshake per dial, so they
+                // cannot complete any more). Newer ones stay: they may still complete (the
+                // peer restarted again). Only the initiator, who holds the ephemeral
+                // secrets, can make a DATA authenticate, so a replayed HELLO never gets here.
+                link.pending.drain(..i);
+                let Some(promoted) = link.pending.pop_front() else {
+                    return;
+                };
+                link.peer = promoted.peer;
+                link.session = promoted.session;
+                link.handshake_sent = promoted.welcome_sent;
+                if link.confirmed {
+                    // A new handshake replaces a live session: the peer's control channel
+                    // starts afresh (as the initiator's side does), and so must ours.
+                    link.control = ControlState::default();
+                    link.stats.rtt = Some(now.saturating_duration_since(promoted.welcome_sent));
+                }
                 range
             }
         };

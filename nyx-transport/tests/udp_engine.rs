@@ -500,3 +500,211 @@ fn control_messages_arrive_once_and_in_order_despite_loss() {
         "every message once, in order"
     );
 }
+
+/// Take A's next HELLO to B and B's WELCOME for it, at `ms`.
+fn hello_and_welcome(a: &mut Node, b: &mut Node, ms: u64) -> (Vec<u8>, Vec<u8>) {
+    let now = Timestamp::from_millis(ms);
+    a.engine.handle_timeout(now);
+    let (_, hello) = a.engine.poll_transmit().unwrap();
+    assert!(a.engine.poll_transmit().is_none());
+    b.engine.handle_datagram(a.addr, &hello, now);
+    let (_, welcome) = b.engine.poll_transmit().unwrap();
+    (hello.to_vec(), welcome.to_vec())
+}
+
+#[test]
+fn a_late_welcome_for_an_earlier_hello_still_completes_the_dial() {
+    // A's first WELCOME is delayed past the resend timeout: A follows with a fresh HELLO (not
+    // a copy B would refuse as a replay) and B answers both. Whichever WELCOME reaches A
+    // first completes the dial, and B's link comes up under the session A finished.
+    for first in [0, 1] {
+        let (mut a, mut b) = (
+            node(1, A, UdpConfig::default()),
+            node(2, B, UdpConfig::default()),
+        );
+        connect(&mut a, &mut b);
+        let (hello1, welcome1) = hello_and_welcome(&mut a, &mut b, 0);
+        let (hello2, welcome2) = hello_and_welcome(&mut a, &mut b, 1000);
+        assert_ne!(hello1, hello2, "a fresh handshake");
+        let welcomes = [welcome1, welcome2];
+        let now = Timestamp::from_millis(1001);
+        a.engine.handle_datagram(b.addr, &welcomes[first], now);
+        a.engine.handle_datagram(b.addr, &welcomes[1 - first], now);
+        let mut ea = Vec::new();
+        while let Some(e) = a.engine.poll_event() {
+            ea.push(e);
+        }
+        assert_eq!(
+            ea,
+            vec![UdpEvent::Connected {
+                peer: b.id.node_id(),
+                addr: b.addr
+            }],
+            "WELCOME {first} first"
+        );
+        assert_eq!(a.engine.stats().dropped_malformed, 1, "the other: no dial");
+        let (_, eb) = run(&mut a, &mut b, None, 1001, 2);
+        assert_eq!(
+            eb,
+            vec![UdpEvent::Connected {
+                peer: a.id.node_id(),
+                addr: a.addr
+            }]
+        );
+        a.engine
+            .send_cell(b.addr, b"ping", Timestamp::from_millis(1003))
+            .unwrap();
+        b.engine
+            .send_cell(a.addr, b"pong", Timestamp::from_millis(1003))
+            .unwrap();
+        let (ea, eb) = run(&mut a, &mut b, None, 1003, 2);
+        assert_eq!(
+            (ea, eb),
+            (
+                vec![UdpEvent::Cell {
+                    peer: b.id.node_id(),
+                    data: Bytes::from_static(b"pong")
+                }],
+                vec![UdpEvent::Cell {
+                    peer: a.id.node_id(),
+                    data: Bytes::from_static(b"ping")
+                }]
+            )
+        );
+        let s = b.engine.stats();
+        assert_eq!(
+            (s.handshakes_ok, s.handshakes_failed, s.dropped_auth),
+            (1, 0, 0)
+        );
+    }
+}
+
+#[test]
+fn a_forged_welcome_ends_the_attempt_not_the_dial() {
+    let (mut a, mut b) = (
+        node(1, A, UdpConfig::default()),
+        node(2, B, UdpConfig::default()),
+    );
+    connect(&mut a, &mut b);
+    while a.engine.poll_transmit().is_some() {} // the first HELLO is lost
+    // A WELCOME "from B" that completes no HELLO (well-formed: version 1, canonical Y).
+    let mut forged = vec![0x03u8, 1];
+    forged.extend_from_slice(&[7u8; 64]);
+    a.engine
+        .handle_datagram(b.addr, &forged, Timestamp::from_millis(10));
+    assert_eq!(a.engine.poll_event(), None, "the dial goes on");
+    assert_eq!(a.engine.stats().handshakes_failed, 1);
+    // The next HELLO (fresh, a second later) completes it.
+    let (ea, eb) = run(&mut a, &mut b, None, 11, 1000);
+    assert_eq!(
+        ea,
+        vec![UdpEvent::Connected {
+            peer: b.id.node_id(),
+            addr: b.addr
+        }]
+    );
+    assert_eq!(
+        eb,
+        vec![UdpEvent::Connected {
+            peer: a.id.node_id(),
+            addr: a.addr
+        }]
+    );
+}
+
+#[test]
+fn spoofed_hellos_cannot_take_over_a_half_open_link() {
+    // B answered A's HELLO; before A's confirmation arrives, Mallory sends HELLOs of her own
+    // from A's address. Their sessions wait beside A's and never authenticate a DATA: the
+    // link comes up with A's identity, under A's session.
+    let (mut a, mut b) = (
+        node(1, A, UdpConfig::default()),
+        node(2, B, UdpConfig::default()),
+    );
+    connect(&mut a, &mut b);
+    let (_, welcome) = hello_and_welcome(&mut a, &mut b, 0);
+    for seed in 20..23 {
+        let mut mallory = node(seed, "127.0.0.9:4000", UdpConfig::default());
+        connect(&mut mallory, &mut b);
+        let (_, hello) = mallory.engine.poll_transmit().unwrap();
+        b.engine
+            .handle_datagram(a.addr, &hello, Timestamp::from_millis(1));
+        assert!(b.engine.poll_transmit().is_some(), "answered");
+    }
+    a.engine
+        .handle_datagram(b.addr, &welcome, Timestamp::from_millis(2));
+    let (_, eb) = run(&mut a, &mut b, None, 2, 2);
+    assert_eq!(
+        eb,
+        vec![UdpEvent::Connected {
+            peer: a.id.node_id(),
+            addr: a.addr
+        }]
+    );
+    b.engine
+        .send_cell(a.addr, b"to A", Timestamp::from_millis(4))
+        .unwrap();
+    let (ea, _) = run(&mut a, &mut b, None, 4, 2);
+    assert!(
+        ea.contains(&UdpEvent::Cell {
+            peer: b.id.node_id(),
+            data: Bytes::from_static(b"to A")
+        }),
+        "{ea:?}"
+    );
+    assert_eq!(b.engine.links()[0].1, a.id.node_id());
+}
+
+#[test]
+fn a_restarted_peer_gets_a_fresh_control_channel() {
+    // Control messages are numbered per link; a restarted peer numbers from zero again, so
+    // the session that takes over must come with a fresh control channel on both sides.
+    let (mut a, mut b) = (
+        node(1, A, UdpConfig::default()),
+        node(2, B, UdpConfig::default()),
+    );
+    connect(&mut a, &mut b);
+    run(&mut a, &mut b, None, 0, 5);
+    a.engine
+        .send_control(b.addr, b"before", Timestamp::from_millis(5))
+        .unwrap();
+    b.engine
+        .send_control(a.addr, b"before", Timestamp::from_millis(5))
+        .unwrap();
+    let (ea, eb) = run(&mut a, &mut b, None, 5, 5);
+    assert_eq!((ea.len(), eb.len()), (1, 1));
+
+    let mut restarted = node(1, A, UdpConfig::default());
+    restarted
+        .engine
+        .connect(
+            b.id.node_id(),
+            b.key.public().clone(),
+            b.addr,
+            Timestamp::from_millis(10),
+        )
+        .unwrap();
+    run(&mut restarted, &mut b, None, 10, 5);
+    restarted
+        .engine
+        .send_control(b.addr, b"after", Timestamp::from_millis(20))
+        .unwrap();
+    b.engine
+        .send_control(a.addr, b"back", Timestamp::from_millis(20))
+        .unwrap();
+    let (ea, eb) = run(&mut restarted, &mut b, None, 20, 5);
+    assert_eq!(
+        eb,
+        vec![UdpEvent::Control {
+            peer: a.id.node_id(),
+            data: b"after".to_vec()
+        }]
+    );
+    assert_eq!(
+        ea,
+        vec![UdpEvent::Control {
+            peer: b.id.node_id(),
+            data: b"back".to_vec()
+        }]
+    );
+}

@@ -11,7 +11,7 @@ use nyx_core::Timestamp;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
 use nyx_crypto::link::LinkKey;
-use nyx_transport::fault::{FaultConfig, FaultShim};
+use nyx_transport::fault::{FaultConfig, FaultShim, FaultStats};
 use nyx_transport::udp::{UdpConfig, UdpEvent};
 use nyx_transport::udp_driver::{UdpCommand, UdpTransport};
 use tokio::sync::mpsc;
@@ -351,4 +351,123 @@ async fn control_messages_survive_receive_loss() {
         "every message once, in order"
     );
     assert!(counters.get().dropped > 0, "{:?}", counters.get());
+}
+
+#[tokio::test]
+async fn a_lost_welcome_is_recovered_by_a_fresh_hello() {
+    // A's receive side loses 30%: the WELCOME path. Seed 3 drops the first datagram A gets,
+    // B's WELCOME, and lets the second through. B processed the HELLO (and its replay cache
+    // holds it), so resending that HELLO would be refused as a replay and the dial would run
+    // out of attempts; a fresh HELLO is a new handshake B answers, and B's link comes up
+    // under the session A actually finished.
+    let faults = FaultConfig {
+        loss: 0.30,
+        seed: 3,
+        ..FaultConfig::default()
+    };
+    let mut probe = FaultShim::new(faults.clone());
+    probe.push(Timestamp::ZERO, ());
+    assert_eq!(probe.stats().dropped, 1, "the first decision drops");
+    probe.push(Timestamp::ZERO, ());
+    assert_eq!(probe.stats().dropped, 1, "the second lets it through");
+    let mut counters = None;
+    let mut a = start_with(1, "127.0.0.2", |t| counters = Some(t.set_faults(faults)));
+    let mut b = start(2, "127.0.0.3");
+    let counters = counters.unwrap();
+    a.commands
+        .send(UdpCommand::Connect {
+            peer: b.node,
+            key: Box::new(b.key.public().clone()),
+            addr: b.addr,
+        })
+        .await
+        .unwrap();
+    let connected = tokio::time::timeout(Duration::from_secs(10), a.events.recv())
+        .await
+        .expect("the dial completes after its WELCOME was lost")
+        .unwrap();
+    assert_eq!(
+        connected,
+        UdpEvent::Connected {
+            peer: b.node,
+            addr: b.addr
+        }
+    );
+    // A received exactly two datagrams, both WELCOMEs (B sends nothing else before the link
+    // is up): the first was dropped, the answer to the second HELLO arrived.
+    assert_eq!(
+        counters.get(),
+        FaultStats {
+            seen: 2,
+            dropped: 1,
+            ..FaultStats::default()
+        }
+    );
+    // B counts the link as up when A's confirmation opens under the second handshake's
+    // session, and refused nothing (no HELLO was repeated).
+    assert_eq!(
+        next(&mut b.events).await,
+        UdpEvent::Connected {
+            peer: a.node,
+            addr: a.addr
+        }
+    );
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    b.commands.send(UdpCommand::Stats(tx)).await.unwrap();
+    let stats = rx.await.unwrap().transport;
+    assert_eq!(
+        (stats.handshakes_ok, stats.handshakes_failed),
+        (1, 0),
+        "{stats:?}"
+    );
+
+    // Cells flow both ways: A to B all of them, B to A through A's 30% loss.
+    let (mut at_b, mut at_a) = (Vec::new(), Vec::new());
+    for i in 0..50u32 {
+        let mut cell = vec![0u8; 1152];
+        cell[..4].copy_from_slice(&i.to_be_bytes());
+        a.commands
+            .send(UdpCommand::Cell {
+                addr: b.addr,
+                cell: Bytes::from(cell.clone()),
+            })
+            .await
+            .unwrap();
+        b.commands
+            .send(UdpCommand::Cell {
+                addr: a.addr,
+                cell: Bytes::from(cell),
+            })
+            .await
+            .unwrap();
+    }
+    for _ in 0..50 {
+        match next(&mut b.events).await {
+            UdpEvent::Cell { peer, data } => {
+                assert_eq!(peer, a.node);
+                at_b.push(u32::from_be_bytes(data[..4].try_into().unwrap()));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let quiet = Duration::from_millis(500);
+    while let Ok(Some(event)) = tokio::time::timeout(quiet, a.events.recv()).await {
+        match event {
+            UdpEvent::Cell { peer, data } => {
+                assert_eq!(peer, b.node);
+                at_a.push(u32::from_be_bytes(data[..4].try_into().unwrap()));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    at_b.sort_unstable();
+    assert_eq!(at_b, (0..50).collect::<Vec<_>>());
+    let lost = counters.get().dropped - 1;
+    assert!(lost > 0, "{:?}", counters.get());
+    assert_eq!(
+        at_a.len() as u64,
+        50 - lost,
+        "every cell A's shim let through"
+    );
+    assert!(at_a.windows(2).all(|w| w[0] < w[1]), "{at_a:?}");
 }
