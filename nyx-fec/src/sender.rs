@@ -247,7 +247,10 @@ impl Sender {
             let Some(block) = self.blocks.get_mut(idx as usize) else {
                 continue;
             };
-            if now < block.holdoff_until {
+            // A block still in its first round is not late, only slow to send (the window
+            // or the pacing held it back): its own symbols are still coming. Answering would
+            // jump past its unsent source symbols to repair ones and skip its up-front repair.
+            if now < block.holdoff_until || !block.repair_decided {
                 continue;
             }
             let needed = if r.needed == NEEDED_ALL {
@@ -423,5 +426,58 @@ impl std::fmt::Debug for Sender {
             .field("in_flight", &self.blocks.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::Request;
+
+    #[test]
+    fn a_request_for_a_block_still_in_its_first_round_is_ignored() {
+        let config = FecConfig {
+            symbol_size: 16,
+            max_block_symbols: 8,
+            ..FecConfig::default()
+        };
+        let now = Timestamp::from_millis(100);
+        let mut tx = Sender::new(config, now).unwrap();
+        tx.write(&[7u8; 128], now).unwrap();
+        let mut out = [0u8; 64];
+        // Three of the eight source symbols leave; then an impatient request arrives.
+        for _ in 0..3 {
+            tx.poll_transmit(now, &mut out).unwrap().unwrap();
+        }
+        let fb = Feedback {
+            next: 0,
+            expected: 0,
+            received: 0,
+            runs: 0,
+            requests: vec![Request {
+                block: 0,
+                needed: NEEDED_ALL,
+            }],
+        };
+        let mut bytes = [0u8; 64];
+        let n = fb.write(&mut bytes).unwrap();
+        tx.handle_feedback(&bytes[..n], now).unwrap();
+        // The block goes on with its source symbols 3..8, in order.
+        for esi in 3..8 {
+            tx.poll_transmit(now, &mut out).unwrap().unwrap();
+            let (h, _) = SymbolHeader::parse(&out[..SYMBOL_HEADER_LEN + 16], 16).unwrap();
+            assert_eq!(h.esi, esi);
+        }
+        let stats = tx.stats();
+        assert_eq!(stats.decided_blocks, 1, "up-front repair was chosen");
+        assert_eq!(stats.second_round_blocks, 0);
+        // Once the first round is out, a request is answered with fresh repair symbols.
+        while tx.poll_transmit(now, &mut out).unwrap().is_some() {}
+        let later = now.saturating_add(std::time::Duration::from_millis(1));
+        tx.handle_feedback(&bytes[..n], later).unwrap();
+        let m = tx.poll_transmit(later, &mut out).unwrap().unwrap();
+        let (h, _) = SymbolHeader::parse(&out[..m], 16).unwrap();
+        assert!(h.esi >= 8, "a repair symbol, not a resent source one");
+        assert_eq!(tx.stats().second_round_blocks, 1);
     }
 }

@@ -35,6 +35,23 @@ pub struct QuicConfig {
     /// Bytes of received datagrams quinn buffers per link before dropping the oldest.
     /// Default 4 MiB.
     pub datagram_receive_buffer: usize,
+    /// The link's congestion controller. Cells ride DATAGRAM frames, which quinn paces by
+    /// it. Default [`QuicCongestion::Bbr`].
+    pub congestion: QuicCongestion,
+}
+
+/// Which congestion controller quinn runs on a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuicCongestion {
+    /// Model-based (bandwidth and RTT): random loss does not shrink the window. The default:
+    /// the circuits above already adapt to the path end to end, and their FEC makes random
+    /// loss cheap, so the link must not collapse on it. Measured on a 5-node testnet with
+    /// 20% path loss, an 8 MiB echo took 15.9 s with Cubic and about 1 s with BBR (as over
+    /// the UDP transport, which has no link congestion control).
+    #[default]
+    Bbr,
+    /// Loss-based (RFC 9438), quinn's own default.
+    Cubic,
 }
 
 impl Default for QuicConfig {
@@ -43,6 +60,7 @@ impl Default for QuicConfig {
             idle_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(10),
             datagram_receive_buffer: 4 << 20,
+            congestion: QuicCongestion::Bbr,
         }
     }
 }
@@ -403,6 +421,14 @@ fn transport(config: &QuicConfig) -> Result<quinn::TransportConfig, Error> {
     t.keep_alive_interval(Some(config.keep_alive));
     t.datagram_receive_buffer_size(Some(config.datagram_receive_buffer));
     t.datagram_send_buffer_size(config.datagram_receive_buffer);
+    match config.congestion {
+        QuicCongestion::Bbr => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+        }
+        QuicCongestion::Cubic => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()));
+        }
+    }
     Ok(t)
 }
 

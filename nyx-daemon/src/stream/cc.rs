@@ -81,6 +81,10 @@ pub struct Vegas {
     epoch_start: Timestamp,
     /// Cells estimated queued on the path in the last round.
     queued: u32,
+    /// Smoothed fraction of cells lost per round: the loss the path always has (FEC's
+    /// business), against which a spike is judged.
+    loss_avg: f64,
+    round_acked: u32,
     congestion_events: u64,
 }
 
@@ -98,6 +102,8 @@ impl Vegas {
             base_prev: None,
             epoch_start: now,
             queued: 0,
+            loss_avg: 0.0,
+            round_acked: 0,
             congestion_events: 0,
         }
     }
@@ -137,6 +143,7 @@ impl Vegas {
             self.sample(sample, now);
         }
         self.round_lost += lost;
+        self.round_acked += acked;
         self.round_left = self.round_left.saturating_sub(acked + lost);
         if self.round_left == 0 {
             self.end_round();
@@ -170,6 +177,12 @@ impl Vegas {
     fn end_round(&mut self) {
         let c = &self.config;
         let lost = std::mem::take(&mut self.round_lost);
+        let acked = std::mem::take(&mut self.round_acked);
+        let rate = f64::from(lost) / f64::from((lost + acked).max(1));
+        // Loss is congestion only as a spike above the path's usual loss while a queue
+        // stands: a queue that overflows drops many cells at once; random loss does not move.
+        let spike = lost > 0 && rate > 2.0 * self.loss_avg + 0.01;
+        self.loss_avg += (rate - self.loss_avg) / 8.0;
         let (Some(rtt), Some(base)) = (self.round_rtt.take(), self.base_rtt()) else {
             // No sample this round (every ACK lost?): hold the window.
             self.round_left = self.cwnd;
@@ -181,7 +194,7 @@ impl Vegas {
         let queued = (u128::from(self.cwnd) * extra / rtt_ns) as u32;
         self.queued = queued;
         let step = (self.cwnd / 16).max(2);
-        if queued > c.delta || (lost > 0 && queued > c.alpha) {
+        if queued > c.delta || (spike && queued > c.beta) {
             // A queue that overflowed (loss while queueing) or far too much queueing.
             self.cwnd = (self.cwnd * 7 / 10).max(c.min_window);
             self.slow_start = false;
@@ -279,6 +292,26 @@ mod tests {
             v.window()
         );
         assert_eq!(v.congestion_events(), events + 1);
+    }
+
+    #[test]
+    fn steady_loss_with_a_standing_queue_is_not_a_spike() {
+        let mut v = Vegas::new(CcConfig::default(), Timestamp::ZERO);
+        run(&mut v, 1.0, 100.0, 0, 100);
+        // The same 10% lost every round while a queue between beta and delta stands: after
+        // the first round or two the loss is the path's normal, not congestion.
+        let rtt = Duration::from_micros(1300);
+        let mut now = Timestamp::from_secs(1);
+        let mut cuts = Vec::new();
+        for _ in 0..30 {
+            let before = v.congestion_events();
+            let w = v.window();
+            now = now.saturating_add(rtt);
+            v.on_settled(w - w / 10, w / 10, Some(rtt), now);
+            cuts.push(v.congestion_events() - before);
+        }
+        let late: u64 = cuts[5..].iter().sum();
+        assert_eq!(late, 0, "cuts per round: {cuts:?}");
     }
 
     #[test]
