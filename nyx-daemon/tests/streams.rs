@@ -191,7 +191,20 @@ fn path_faults(path_loss: f64, seed: u64) -> FaultConfig {
 }
 
 async fn lossy(transport: TransportKind, net: u8, path_loss: f64) {
-    let net = testnet(transport, net, path_faults(path_loss, 11)).await;
+    // Circuit extension cells are datagrams the overlay does not resend (a lost EXTEND or
+    // EXTENDED fails the attempt at the build timeout): at 20% path loss about half the
+    // builds fail, so allow more attempts than the default 3. Streams themselves are what
+    // this test checks; resending extension cells is a known gap (closing note).
+    let spec = LocalTestnetSpec {
+        nodes: 5,
+        net,
+        settings: NodeSettings {
+            build_attempts: 8,
+            ..settings(path_faults(path_loss, 11))
+        },
+        ..LocalTestnetSpec::default()
+    };
+    let net = LocalTestnet::start(spec, transport).await.unwrap();
     let stats = echo_four_streams(&client(&net)).await;
     let observed = stats.lost as f64 / stats.packets_sent.max(1) as f64;
     eprintln!(

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::{Circuit, CircuitMessage, Command};
 use crate::Error;
-use crate::overlay::{DestroyReason, ExitHandle};
+use crate::overlay::{CellArena, DestroyReason, ExitHandle, MAX_BACKWARD_BODY};
 use crate::stream::{ResetReason, StreamEvent, StreamId, StreamMux};
 
 /// Packets moved per wake-up before the task looks at its inputs again.
@@ -192,7 +192,9 @@ pub(super) type OnIncoming = Box<dyn Fn(&Endpoint, StreamId, String) + Send + Sy
 /// Move the endpoint's packets over `port` until the circuit ends (or, for a client, it
 /// expired and carries no stream any more).
 pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnIncoming>) {
-    let mut buf = vec![0u8; 1200];
+    let mut buf = vec![0u8; MAX_BACKWARD_BODY];
+    // Packets are carved from a reference-counted region: no allocation per packet.
+    let mut arena = CellArena::new(MAX_BACKWARD_BODY);
     let mut out = Vec::with_capacity(BATCH);
     loop {
         let (deadline, finished) = {
@@ -200,7 +202,7 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
             let now = s.now();
             while out.len() < BATCH {
                 match s.mux.poll_transmit(now, &mut buf) {
-                    Some(n) => out.push(Bytes::copy_from_slice(&buf[..n])),
+                    Some(n) => out.push(arena.copy_of(&buf[..n]).freeze()),
                     None => break,
                 }
             }
@@ -235,18 +237,25 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
         }
         tokio::select! {
             message = port.recv() => {
+                // One lock and one clock read for a batch of what is queued.
+                let mut s = ep.lock();
+                let now = s.now();
                 let mut next = message;
                 for _ in 0..BATCH {
                     match next {
                         Some(CircuitMessage::Data(packet)) => {
-                            let mut s = ep.lock();
-                            let now = s.now();
                             // A malformed packet is counted by the mux and dropped.
                             let _ = s.mux.handle_packet(&packet, now);
                         }
-                        Some(CircuitMessage::Expiring) => ep.lock().expiring = true,
-                        Some(CircuitMessage::Destroyed { reason, .. }) => return end(&ep, reason),
-                        None => return end(&ep, DestroyReason::Shutdown),
+                        Some(CircuitMessage::Expiring) => s.expiring = true,
+                        Some(CircuitMessage::Destroyed { reason, .. }) => {
+                            drop(s);
+                            return end(&ep, reason);
+                        }
+                        None => {
+                            drop(s);
+                            return end(&ep, DestroyReason::Shutdown);
+                        }
                     }
                     next = port.try_recv();
                     if next.is_none() {

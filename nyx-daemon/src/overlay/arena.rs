@@ -13,7 +13,7 @@ use bytes::BytesMut;
 /// Cells carved from one region.
 pub(super) const CELLS_PER_REGION: usize = 64;
 
-/// Hands out zeroed or filled cell buffers of one size.
+/// Hands out zeroed cell buffers of one size, or copies of up to that size.
 #[derive(Debug)]
 pub(crate) struct CellArena {
     region: BytesMut,
@@ -35,9 +35,10 @@ impl CellArena {
         }
     }
 
-    /// A buffer holding a copy of `bytes` (which must be one cell long).
+    /// A buffer holding a copy of `bytes` (at most one cell long; the overlay's cells are
+    /// exactly one, stream packets up to one).
     pub(crate) fn copy_of(&mut self, bytes: &[u8]) -> BytesMut {
-        debug_assert_eq!(bytes.len(), self.cell_len);
+        debug_assert!(bytes.len() <= self.cell_len);
         self.refill();
         self.region.extend_from_slice(bytes);
         self.region.split_to(bytes.len())

@@ -29,7 +29,7 @@ use nyx_crypto::kem::HybridPublicKey;
 use nyx_crypto::onion_keys::OnionKeyRing;
 
 use crate::Error;
-use arena::CellArena;
+pub(crate) use arena::CellArena;
 use client::ClientCirc;
 use links::LinkState;
 use relay::RelayCircuit;

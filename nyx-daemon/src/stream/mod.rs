@@ -32,7 +32,6 @@ use nyx_fec::FecConfig;
 
 pub use cc::CcConfig;
 pub use mux::{MuxStats, ReadOutcome, StreamMux};
-pub use recovery::Rtt;
 
 /// Stream data bytes per FEC symbol: with its headers one symbol fills a forward cell.
 pub const SYMBOL_SIZE: u16 = 1024;

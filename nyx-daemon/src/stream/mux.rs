@@ -7,7 +7,7 @@ use nyx_core::Timestamp;
 use nyx_fec::packet::{MAX_FEEDBACK_LEN, SYMBOL_HEADER_LEN};
 
 use super::cc::Vegas;
-use super::recovery::{AckState, Rtt, SentPackets, Settled};
+use super::recovery::{AckState, SentPackets, Settled};
 use super::state::Stream;
 use super::wire::{self, CARRIER_HEADER_LEN, Control, Frame, MAX_TARGET_LEN, PACKET_HEADER_LEN};
 use super::{ResetReason, Role, SYMBOL_SIZE, StreamConfig, StreamEvent, StreamId};
@@ -127,6 +127,8 @@ pub struct StreamMux {
     stats: MuxStats,
     /// FEC counters of streams already gone.
     done_fec: (u64, u64, u64),
+    /// Reused list of stream ids (per-packet passes over the streams allocate nothing).
+    scratch: Vec<StreamId>,
 }
 
 impl StreamMux {
@@ -156,6 +158,7 @@ impl StreamMux {
             events: VecDeque::new(),
             stats: MuxStats::default(),
             done_fec: (0, 0, 0),
+            scratch: Vec::new(),
         })
     }
 
@@ -326,18 +329,6 @@ impl StreamMux {
         self.sent.abandon();
     }
 
-    /// Whether the stream exists and has bytes (or its end) to read.
-    pub fn readable(&self, id: StreamId) -> bool {
-        self.streams
-            .get(&id)
-            .is_some_and(|s| s.reset.is_some() || s.rx.readable() > 0 || s.recv_done())
-    }
-
-    /// Whether the client's stream was opened by the exit.
-    pub fn is_opened(&self, id: StreamId) -> bool {
-        self.streams.get(&id).is_some_and(|s| s.opened)
-    }
-
     /// Whether control frames wait to be sent (a read may have opened the window).
     pub fn has_queued_controls(&self) -> bool {
         !self.controls.is_empty()
@@ -382,7 +373,7 @@ impl StreamMux {
         s.window = self.cc.window();
         s.in_flight = self.sent.in_flight();
         s.congestion_events = self.cc.congestion_events();
-        let rtt: &Rtt = self.sent.rtt();
+        let rtt = self.sent.rtt();
         s.srtt = rtt.smoothed;
         s.min_rtt = rtt.min;
         s
@@ -575,13 +566,18 @@ impl StreamMux {
 
     /// After input: raise readiness events, check flow control, forget finished streams.
     fn after_input(&mut self) {
-        let ids: Vec<StreamId> = self
-            .streams
-            .iter()
-            .filter(|(_, s)| s.read_armed || s.write_armed || s.released || s.peer_fin.is_some())
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
+        // A reused list: no allocation per packet.
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        ids.extend(
+            self.streams
+                .iter()
+                .filter(|(_, s)| {
+                    s.read_armed || s.write_armed || s.released || s.peer_fin.is_some()
+                })
+                .map(|(id, _)| *id),
+        );
+        for &id in &ids {
             let Some(s) = self.streams.get_mut(&id) else {
                 continue;
             };
@@ -599,6 +595,7 @@ impl StreamMux {
             }
             self.collect(id);
         }
+        self.scratch = ids;
     }
 
     /// Forget the stream if it is finished (its FEC counters are kept).
@@ -715,13 +712,17 @@ impl StreamMux {
         if at + need + wire::ACK_LEN > out.len() {
             return at;
         }
-        let ids: Vec<StreamId> = self
-            .streams
-            .range(StreamId(self.rr)..)
-            .chain(self.streams.range(..StreamId(self.rr)))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
+        // Round robin from the stream after the last one served, in a reused list.
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        ids.extend(
+            self.streams
+                .range(StreamId(self.rr)..)
+                .chain(self.streams.range(..StreamId(self.rr)))
+                .map(|(id, _)| *id),
+        );
+        let mut written = at;
+        for &id in &ids {
             let Some(s) = self.streams.get_mut(&id) else {
                 continue;
             };
@@ -740,13 +741,15 @@ impl StreamMux {
                     wire::write_carrier(out, at, false, id, n);
                     self.rr = id.0.wrapping_add(1);
                     *in_flight = true;
-                    return body + n;
+                    written = body + n;
+                    break;
                 }
                 Ok(None) => {}
                 Err(_) => self.protocol_reset(id),
             }
         }
-        at
+        self.scratch = ids;
+        written
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is next needed.

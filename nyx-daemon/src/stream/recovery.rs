@@ -45,15 +45,15 @@ pub(super) struct Settled {
 
 /// Round-trip estimates (RFC 6298 / RFC 9002 style).
 #[derive(Debug, Clone, Copy)]
-pub struct Rtt {
+pub(super) struct Rtt {
     /// Smoothed RTT.
-    pub smoothed: Duration,
+    pub(super) smoothed: Duration,
     /// Mean deviation.
-    pub var: Duration,
+    pub(super) var: Duration,
     /// Latest sample.
-    pub latest: Duration,
+    pub(super) latest: Duration,
     /// Smallest sample seen.
-    pub min: Duration,
+    pub(super) min: Duration,
     has_sample: bool,
 }
 
@@ -82,11 +82,6 @@ impl Rtt {
         let diff = self.smoothed.abs_diff(sample);
         self.var = (self.var * 3 + diff) / 4;
         self.smoothed = (self.smoothed * 7 + sample) / 8;
-    }
-
-    /// Whether any sample was taken.
-    pub fn has_sample(&self) -> bool {
-        self.has_sample
     }
 }
 
