@@ -145,6 +145,25 @@ pub enum Error {
         /// What is wrong.
         source: crate::directory::DirectoryError,
     },
+    /// A SOCKS5 client sent something the proxy cannot accept.
+    #[error("socks5: {0}")]
+    Socks(#[from] crate::socks::SocksError),
+    /// The SOCKS5 listener failed.
+    #[error("socks5 listener: {what}: {source}")]
+    SocksListener {
+        /// What was being done (bind, local address).
+        what: &'static str,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// SOCKS5 server settings that cannot work.
+    #[error("socks5 configuration: {field}: {reason}")]
+    SocksConfig {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// A test network could not be generated (bad spec, key generation or signing failed).
     #[error("testnet generation: {reason}")]
     Testnet {

@@ -1,0 +1,484 @@
+//! The SOCKS5 entry end to end: an in-process testnet of five relays on 127.0.x.y, a client
+//! node, the SOCKS server on 127.0.0.1 in front of it, and an HTTP server on 127.0.0.1. A
+//! hand-written SOCKS5 client and curl fetch a file byte-exact; credentials select circuits;
+//! malformed, refused and silent clients get their answer and the server keeps serving;
+//! the connection limit and shutdown hold.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use nyx_core::config::TransportKind;
+use nyx_daemon::Error;
+use nyx_daemon::directory::testnet::{TestnetSpec, generate};
+use nyx_daemon::node::testnet::{LocalTestnet, LocalTestnetSpec};
+use nyx_daemon::node::{Node, NodeSettings, unix_now};
+use nyx_daemon::overlay::OverlayConfig;
+use nyx_daemon::path::PathConfig;
+use nyx_daemon::socks::{Reply, SocksConfig, SocksServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::timeout;
+
+/// Generous bounds for liveness only (never speed): CI machines are shared and slow.
+const LONG: Duration = Duration::from_secs(240);
+/// The served file: more than a MiB, not a multiple of any buffer size.
+const FILE_LEN: usize = 1536 * 1024 + 7;
+
+fn file() -> Vec<u8> {
+    (0..FILE_LEN)
+        .map(|i| ((i as u64).wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect()
+}
+
+fn settings() -> NodeSettings {
+    NodeSettings {
+        overlay: OverlayConfig {
+            keepalive: Duration::from_millis(500),
+            link_timeout: Duration::from_secs(3),
+            ..OverlayConfig::default()
+        },
+        path: PathConfig {
+            distinct_subnets: false,
+            ..PathConfig::default()
+        },
+        ..NodeSettings::default()
+    }
+}
+
+/// A testnet (exits allow loopback only), a client node, an HTTP server and a SOCKS server.
+struct Fixture {
+    _testnet: LocalTestnet,
+    client: Node,
+    http: SocketAddr,
+    socks: SocksServer,
+}
+
+async fn fixture(net: u8, config: SocksConfig) -> Fixture {
+    let spec = LocalTestnetSpec {
+        nodes: 5,
+        net,
+        settings: settings(),
+        ..LocalTestnetSpec::default()
+    };
+    let testnet = LocalTestnet::start(spec, TransportKind::Quic)
+        .await
+        .unwrap();
+    let client = Node::builder()
+        .directory(testnet.directory.clone())
+        .settings(settings())
+        .build()
+        .unwrap();
+    let socks = SocksServer::bind("127.0.0.1:0".parse().unwrap(), client.handle(), config)
+        .await
+        .unwrap();
+    Fixture {
+        _testnet: testnet,
+        client,
+        http: http_server().await,
+        socks,
+    }
+}
+
+/// An HTTP server on 127.0.0.1 serving [`file`] at `/file` (404 elsewhere), closing after
+/// each response.
+async fn http_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let body = file();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let response = if head.starts_with(b"GET /file ") {
+                    let mut r = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    r.extend_from_slice(&body);
+                    r
+                } else {
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_vec()
+                };
+                let _ = conn.write_all(&response).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// A request for `dst` (CONNECT unless `cmd` says otherwise).
+fn request(cmd: u8, dst: &Dst<'_>) -> Vec<u8> {
+    let mut v = vec![5, cmd, 0];
+    let port = match dst {
+        Dst::V4(ip, port) => {
+            v.push(1);
+            v.extend_from_slice(ip);
+            port
+        }
+        Dst::Host(name, port) => {
+            v.push(3);
+            v.push(name.len() as u8);
+            v.extend_from_slice(name.as_bytes());
+            port
+        }
+    };
+    v.extend_from_slice(&port.to_be_bytes());
+    v
+}
+
+enum Dst<'a> {
+    V4([u8; 4], u16),
+    Host(&'a str, u16),
+}
+
+/// A hand-written SOCKS5 client: greet (offering only the method it means to use),
+/// authenticate if given credentials, send `request` followed by `early` bytes in the same
+/// write, and read the reply. Returns the connection and the reply code.
+async fn socks_open(
+    proxy: SocketAddr,
+    creds: Creds<'_>,
+    request: &[u8],
+    early: &[u8],
+) -> (TcpStream, u8) {
+    let mut conn = TcpStream::connect(proxy).await.unwrap();
+    let method = if creds.is_some() { 2 } else { 0 };
+    conn.write_all(&[5, 1, method]).await.unwrap();
+    let mut choice = [0u8; 2];
+    conn.read_exact(&mut choice).await.unwrap();
+    assert_eq!(choice, [5, method]);
+    if let Some((user, pass)) = creds {
+        let mut msg = vec![1, user.len() as u8];
+        msg.extend_from_slice(user.as_bytes());
+        msg.push(pass.len() as u8);
+        msg.extend_from_slice(pass.as_bytes());
+        conn.write_all(&msg).await.unwrap();
+        let mut status = [0u8; 2];
+        conn.read_exact(&mut status).await.unwrap();
+        assert_eq!(status, [1, 0]);
+    }
+    let mut msg = request.to_vec();
+    msg.extend_from_slice(early);
+    conn.write_all(&msg).await.unwrap();
+    let mut head = [0u8; 4];
+    conn.read_exact(&mut head).await.unwrap();
+    assert_eq!([head[0], head[2]], [5, 0], "reply header {head:?}");
+    let addr_len = match head[3] {
+        1 => 4,
+        4 => 16,
+        atyp => panic!("reply address type {atyp}"),
+    };
+    let mut bound = vec![0u8; addr_len + 2];
+    conn.read_exact(&mut bound).await.unwrap();
+    (conn, head[1])
+}
+
+/// Username and password, if any.
+type Creds<'a> = Option<(&'a str, &'a str)>;
+
+const GET: &[u8] = b"GET /file HTTP/1.0\r\nHost: test\r\n\r\n";
+
+/// Send GET (unless already sent as early data), close our side (the server must still
+/// answer: half-close), read to the end, and check the body byte for byte.
+async fn fetch_on(mut conn: TcpStream, send_get: bool) {
+    if send_get {
+        conn.write_all(GET).await.unwrap();
+    }
+    conn.shutdown().await.unwrap();
+    let mut response = Vec::new();
+    conn.read_to_end(&mut response).await.unwrap();
+    check_response(&response);
+}
+
+fn check_response(response: &[u8]) {
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&response[..split]);
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    let body = &response[split + 4..];
+    assert_eq!(body.len(), FILE_LEN, "body length");
+    assert!(body == file().as_slice(), "body bytes differ");
+}
+
+/// A full good fetch by IPv4 without credentials: the server still serves.
+async fn good_fetch(f: &Fixture) {
+    let dst = Dst::V4([127, 0, 0, 1], f.http.port());
+    let (conn, rep) = timeout(
+        LONG,
+        socks_open(f.socks.local_addr(), None, &request(1, &dst), b""),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rep, 0);
+    timeout(LONG, fetch_on(conn, true)).await.unwrap();
+}
+
+/// Wait (liveness only) until the server serves nobody.
+async fn until_idle(server: &SocksServer) {
+    timeout(LONG, async {
+        while server.stats().active > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socks_client_fetches_a_file_byte_exact_by_ipv4_and_by_host_name() {
+    let f = fixture(83, SocksConfig::default()).await;
+    let proxy = f.socks.local_addr();
+    good_fetch(&f).await;
+    // By name, with the HTTP request sent with the SOCKS request (optimistic data). The
+    // loopback-only policy might allow a name; the exit resolves "localhost" and tries its
+    // addresses until 127.0.0.1 answers.
+    let dst = Dst::Host("localhost", f.http.port());
+    let (conn, rep) = timeout(LONG, socks_open(proxy, None, &request(1, &dst), GET))
+        .await
+        .unwrap();
+    assert_eq!(rep, 0);
+    timeout(LONG, fetch_on(conn, false)).await.unwrap();
+    // And with credentials.
+    let (conn, rep) = timeout(
+        LONG,
+        socks_open(proxy, Some(("user", "pass")), &request(1, &dst), b""),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rep, 0);
+    timeout(LONG, fetch_on(conn, true)).await.unwrap();
+    until_idle(&f.socks).await;
+    let stats = f.socks.stats();
+    assert_eq!((stats.accepted, stats.succeeded), (3, 3), "{stats:?}");
+    assert_eq!(stats.failed_total() + stats.malformed + stats.timeouts, 0);
+}
+
+/// curl, through the proxy, with the name resolved by the exit (`--socks5-hostname`).
+fn curl(proxy: SocketAddr, url: &str, user: Option<&str>) -> Vec<u8> {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["--silent", "--show-error", "--fail", "--max-time", "200"])
+        .arg("--socks5-hostname")
+        .arg(proxy.to_string());
+    if let Some(user) = user {
+        cmd.arg("--proxy-user").arg(user);
+    }
+    let out = match cmd.arg(url).arg("--output").arg("-").output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            panic!("this test needs curl on PATH (the CI script installs it): {e}")
+        }
+        Err(e) => panic!("cannot run curl: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "curl failed: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_fetches_through_the_proxy_with_and_without_credentials() {
+    let f = fixture(84, SocksConfig::default()).await;
+    let proxy = f.socks.local_addr();
+    let port = f.http.port();
+    let runs = [
+        (format!("http://127.0.0.1:{port}/file"), None),
+        (format!("http://localhost:{port}/file"), None),
+        (format!("http://127.0.0.1:{port}/file"), Some("a:b")),
+    ];
+    for (url, user) in runs {
+        let body = tokio::task::spawn_blocking(move || curl(proxy, &url, user))
+            .await
+            .unwrap();
+        assert_eq!(body.len(), FILE_LEN);
+        assert!(body == file(), "curl body differs");
+    }
+    let stats = f.socks.stats();
+    assert_eq!(stats.succeeded, 3, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_credentials_get_distinct_circuits_and_equal_ones_share_one() {
+    let f = fixture(85, SocksConfig::default()).await;
+    let proxy = f.socks.local_addr();
+    let node = f.client.handle();
+    let req = request(1, &Dst::V4([127, 0, 0, 1], f.http.port()));
+    // This node builds circuits only for the proxy's streams, so its circuit count tells
+    // whether a stream got a new circuit. Every connection stays open (its stream alive)
+    // until the end.
+    let mut open = Vec::new();
+    let steps: [(Creds<'_>, usize, &str); 8] = [
+        (Some(("alice", "pw")), 1, "first pair: a new circuit"),
+        (
+            Some(("alice", "pw")),
+            1,
+            "same pair: the only circuit there is, alice's",
+        ),
+        (Some(("bob", "pw")), 2, "another user: a new circuit"),
+        (Some(("alice", "pw2")), 3, "another password: a new circuit"),
+        (None, 4, "no credentials: a new circuit"),
+        (None, 4, "no credentials again: shared"),
+        (
+            Some(("", "")),
+            5,
+            "empty credentials are not the same as none",
+        ),
+        (Some(("bob", "pw")), 5, "bob again: shared"),
+    ];
+    assert_eq!(node.stats().await.unwrap().own_circuits, 0);
+    for (creds, circuits, why) in steps {
+        let (conn, rep) = timeout(LONG, socks_open(proxy, creds, &req, b""))
+            .await
+            .unwrap();
+        assert_eq!(rep, 0, "{why}");
+        assert_eq!(node.stats().await.unwrap().own_circuits, circuits, "{why}");
+        open.push(conn);
+    }
+    // The shared streams work (and stay byte-exact).
+    for conn in [open.remove(1), open.remove(6)] {
+        timeout(LONG, fetch_on(conn, true)).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_clients_get_their_answer_and_the_server_keeps_serving() {
+    let config = SocksConfig {
+        handshake_timeout: Duration::from_millis(300),
+        ..SocksConfig::default()
+    };
+    let f = fixture(86, config).await;
+    let proxy = f.socks.local_addr();
+
+    // Raw bytes; everything the server says until it closes.
+    let exchange = |bytes: Vec<u8>| async move {
+        let mut conn = TcpStream::connect(proxy).await.unwrap();
+        conn.write_all(&bytes).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = timeout(LONG, conn.read_to_end(&mut answer)).await.unwrap();
+        answer
+    };
+    let reply = |code: u8| vec![5, 0, 5, code, 0, 1, 0, 0, 0, 0, 0, 0];
+    let greet = |rest: &[u8]| [&[5u8, 1, 0][..], rest].concat();
+
+    // Another version: closed without an answer.
+    assert!(
+        exchange(vec![4, 1, 0, 80, 127, 0, 0, 1, 0])
+            .await
+            .is_empty()
+    );
+    good_fetch(&f).await;
+    // Garbage: an HTTP request to the proxy port.
+    assert!(
+        exchange(b"GET / HTTP/1.1\r\n\r\n".to_vec())
+            .await
+            .is_empty()
+    );
+    good_fetch(&f).await;
+    // No acceptable method.
+    assert_eq!(exchange(vec![5, 2, 0x80, 0x81]).await, [5, 0xff]);
+    // BIND: command not supported.
+    let bind = request(2, &Dst::V4([127, 0, 0, 1], f.http.port()));
+    assert_eq!(exchange(greet(&bind)).await, reply(0x07));
+    good_fetch(&f).await;
+    // Unknown address type.
+    assert_eq!(exchange(greet(&[5, 1, 0, 9, 1, 2])).await, reply(0x08));
+    good_fetch(&f).await;
+    // Two bytes, then silence: closed at the handshake timeout, not before.
+    let started = Instant::now();
+    assert!(exchange(vec![5, 1]).await.is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    good_fetch(&f).await;
+    // Denied by every exit's policy (loopback only): not allowed by ruleset.
+    let denied = request(1, &Dst::V4([10, 1, 2, 3], 80));
+    assert_eq!(exchange(greet(&denied)).await, reply(0x02));
+    good_fetch(&f).await;
+    // Allowed, but nothing listens: connection refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let refused = request(1, &Dst::V4([127, 0, 0, 1], closed.port()));
+    assert_eq!(exchange(greet(&refused)).await, reply(0x05));
+    good_fetch(&f).await;
+
+    until_idle(&f.socks).await;
+    let s = f.socks.stats();
+    assert_eq!(s.malformed, 5, "{s:?}");
+    assert_eq!(s.timeouts, 1, "{s:?}");
+    assert_eq!(s.succeeded, 7, "{s:?}");
+    assert_eq!(s.failed_with(Reply::CommandNotSupported), 1, "{s:?}");
+    assert_eq!(s.failed_with(Reply::AddressTypeNotSupported), 1, "{s:?}");
+    assert_eq!(s.failed_with(Reply::NotAllowed), 1, "{s:?}");
+    assert_eq!(s.failed_with(Reply::ConnectionRefused), 1, "{s:?}");
+    assert_eq!(s.failed_total(), 4, "{s:?}");
+    assert_eq!(s.accepted, 15, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_limit_are_closed_and_shutdown_closes_the_rest() {
+    // A node that never gets as far as a circuit: a generated directory nobody runs.
+    let (_, directory) = generate(&TestnetSpec::default(), unix_now()).unwrap();
+    let node = Node::builder().directory(directory).build().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let zero = SocksConfig {
+        max_connections: 0,
+        ..SocksConfig::default()
+    };
+    match SocksServer::spawn(listener, node.handle(), zero) {
+        Err(Error::SocksConfig { field, .. }) => assert_eq!(field, "max_connections"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+    let config = SocksConfig {
+        max_connections: 1,
+        ..SocksConfig::default()
+    };
+    let server = SocksServer::bind("127.0.0.1:0".parse().unwrap(), node.handle(), config)
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let greeted = || async move {
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(&[5, 1, 0]).await.unwrap();
+        let mut choice = [0u8; 2];
+        conn.read_exact(&mut choice).await.unwrap();
+        assert_eq!(choice, [5, 0]);
+        conn
+    };
+    let mut first = greeted().await;
+    // The second is closed without a byte (whatever it sent).
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    let _ = second.write_all(&[5, 1, 0]).await;
+    let mut answer = Vec::new();
+    let _ = timeout(LONG, second.read_to_end(&mut answer))
+        .await
+        .unwrap();
+    assert!(answer.is_empty());
+    assert_eq!(server.stats().over_limit, 1);
+    // Once the first leaves, there is room again.
+    first.shutdown().await.unwrap();
+    let _ = first.read_to_end(&mut answer).await;
+    until_idle(&server).await;
+    let mut third = greeted().await;
+    assert_eq!(server.stats().active, 1);
+    // Shutdown closes the client mid-handshake and the listener.
+    timeout(LONG, server.shutdown()).await.unwrap();
+    assert_eq!(third.read(&mut [0u8; 16]).await.unwrap_or(0), 0);
+    assert!(TcpStream::connect(addr).await.is_err());
+    node.shutdown().await;
+}
