@@ -4,9 +4,11 @@
 //! an application can embed: the relay directory (signed descriptors, exit policies, the
 //! directory document and testnet generation: [`directory`]), path selection with guards
 //! ([`path`]), the sans-IO circuit core (building, relaying, teardown: [`overlay`]), the async
-//! node that drives it over QUIC or UDP ([`node`]) and the configuration file edge
-//! ([`config_file`]). Streams and exits to TCP, the control API and the `nyx-daemon` / `nyx`
-//! binaries arrive with issues 7 and 8.
+//! node that drives it over QUIC or UDP ([`node`]), the configuration file edge
+//! ([`config_file`]) and the daemon's telemetry: logs with a level that can change at run
+//! time, OTLP traces and metrics, and a Prometheus endpoint ([`telemetry`]). Streams and
+//! exits to TCP, the control API and the `nyx-daemon` / `nyx` binaries arrive with issues 7
+//! and 8.
 //!
 //! What it is not for: protocol primitives (buffers and limits live in nyx-core, cryptography
 //! in nyx-crypto, error correction in nyx-fec, links in nyx-transport).
@@ -18,5 +20,6 @@ pub mod node;
 pub mod overlay;
 pub mod path;
 pub mod stream;
+pub mod telemetry;
 
 pub use error::Error;
