@@ -459,9 +459,11 @@ impl Problems {
 
 const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
-/// Accepts `level` or `target=level` items separated by commas, the subset of `RUST_LOG`
-/// syntax the daemon supports.
-fn check_log_directives(s: &str) -> Result<(), String> {
+/// Check log filter directives the way [`NodeConfig::validate`] checks `log.level`: a level,
+/// or comma-separated `target=level` items whose targets are module paths (the subset of
+/// `RUST_LOG` syntax the daemon supports). The daemon uses it for levels changed at run time
+/// too, so both accept the same text.
+pub fn check_log_directives(s: &str) -> Result<(), String> {
     if s.trim().is_empty() {
         return Err(format!(
             "must not be empty; use one of {}",

@@ -11,6 +11,8 @@
 //!   driver ticks so the data path never reads the system clock.
 //! * [`config`]: typed node configuration with documented defaults and validation (serde
 //!   derives behind the `serde` feature).
+//! * [`redact`]: the process-wide switch for logging identifying details, and the
+//!   [`Redacted`](redact::Redacted) wrapper that scrubs addresses and node ids from logs.
 //!
 //! What it is not for: cryptography (nyx-crypto), error correction (nyx-fec), sockets
 //! (nyx-transport), or anything that spawns tasks, reads clocks on its own, or does I/O. It
@@ -25,6 +27,7 @@ pub mod config;
 mod error;
 pub mod id;
 pub mod rate;
+pub mod redact;
 pub mod time;
 
 pub use error::{Error, Result};

@@ -170,4 +170,12 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// Logging, tracing or metrics could not be set up, changed or shut down.
+    #[error("telemetry: {what}: {reason}")]
+    Telemetry {
+        /// What was being done (`log level`, `otlp`, `prometheus bind`, ...).
+        what: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
 }

@@ -20,5 +20,6 @@ pub mod overlay;
 pub mod path;
 pub mod socks;
 pub mod stream;
+pub mod telemetry;
 
 pub use error::Error;

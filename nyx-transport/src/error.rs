@@ -1,13 +1,15 @@
 //! The one error type of nyx-transport.
 
 use nyx_core::NodeId;
+use nyx_core::redact::Redacted;
 
 /// What can go wrong on a link.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The peer proved another identity than the one dialled.
-    #[error("peer is {got}, expected {expected}")]
+    /// The peer proved another identity than the one dialled. Its message names both only
+    /// while sensitive logging is on ([`nyx_core::redact`]): errors end up in logs.
+    #[error("peer is {}, expected {}", Redacted(got), Redacted(expected))]
     WrongPeer {
         /// The identity that was dialled.
         expected: NodeId,

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use nyx_core::NodeId;
+use nyx_core::redact::Redacted;
 use nyx_crypto::identity::IdentityKey;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tokio::sync::{Mutex, mpsc};
@@ -155,7 +156,7 @@ impl QuicEndpoint {
     }
 
     /// Dial `peer` at `addr`; refused with [`Error::WrongPeer`] if another node answers.
-    #[tracing::instrument(name = "quic_dial", skip_all, fields(%peer))]
+    #[tracing::instrument(name = "quic_dial", skip_all, fields(peer = %Redacted(peer)))]
     pub async fn connect(&self, peer: NodeId, addr: SocketAddr) -> Result<QuicLink, Error> {
         let refusal = Refusal::default();
         let tls = Arc::new(client_config_reporting(
@@ -180,12 +181,12 @@ impl QuicEndpoint {
             Err(e) => {
                 let recorded = refusal.lock().ok().and_then(|mut slot| slot.take());
                 let error = recorded.unwrap_or_else(|| connection_error(e));
-                // No address at info level and above: only the identity that was dialled.
-                tracing::info!(%peer, %error, "quic dial failed");
+                // Never the address; the identity dialled only with sensitive logging on.
+                tracing::info!(peer = %Redacted(peer), %error, "quic dial failed");
                 return Err(error);
             }
         };
-        tracing::debug!(%peer, "quic link up (dialled)");
+        tracing::debug!(peer = %Redacted(peer), "quic link up (dialled)");
         let (send, recv) = conn.open_bi().await.map_err(connection_error)?;
         let link = QuicLink::new(conn, peer, send, recv);
         // The stream exists for the peer once it carries a byte: announce it.
@@ -248,7 +249,7 @@ impl IncomingLink {
         link.dialled_by_us = false;
         // The dialler's announcement (an empty control message).
         link.recv_control().await?;
-        tracing::debug!(%peer, "quic link up (accepted)");
+        tracing::debug!(peer = %Redacted(peer), "quic link up (accepted)");
         Ok(link)
     }
 }

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use hmac::{Hmac, KeyInit, Mac};
 use nyx_core::rate::{IpPrefix, KeyedLimiter, Quota};
+use nyx_core::redact::Redacted;
 use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::hop::ReplayCache;
 use nyx_crypto::identity::IdentityKey;
@@ -715,7 +716,7 @@ impl UdpEngine {
         }
         let Some((session, hello_sent)) = finished else {
             self.stats.handshakes_failed += 1;
-            tracing::debug!(%from, "udp WELCOME refused");
+            tracing::debug!(from = %Redacted(from), "udp WELCOME refused");
             return;
         };
         let peer = dial.peer;
@@ -803,7 +804,7 @@ impl UdpEngine {
             link.confirmed = true;
             link.stats.rtt = Some(now.saturating_duration_since(link.handshake_sent));
             self.stats.handshakes_ok += 1;
-            tracing::debug!(%peer, "udp link up (accepted)");
+            tracing::debug!(peer = %Redacted(peer), "udp link up (accepted)");
             self.events
                 .push_back(UdpEvent::Connected { peer, addr: from });
         }

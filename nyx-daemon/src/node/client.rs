@@ -38,6 +38,8 @@ struct Pooled {
 #[derive(Debug)]
 pub(super) struct ClientStreams {
     pool: tokio::sync::Mutex<HashMap<IsolationGroup, Vec<Pooled>>>,
+    /// Counters of circuits dropped from the pool, so that totals never go down.
+    retired: std::sync::Mutex<MuxStats>,
     config: StreamConfig,
     open_timeout: Duration,
 }
@@ -46,15 +48,20 @@ impl ClientStreams {
     pub(super) fn new(config: StreamConfig, open_timeout: Duration) -> Arc<Self> {
         Arc::new(ClientStreams {
             pool: tokio::sync::Mutex::new(HashMap::new()),
+            retired: std::sync::Mutex::new(MuxStats::default()),
             config,
             open_timeout,
         })
     }
 
-    /// The stream counters of the circuits in the pool, summed.
+    /// The stream counters of every circuit the pool held, summed; the levels (window,
+    /// in flight, RTTs) of the circuits still in it.
     pub(super) async fn stats(&self) -> MuxStats {
         let pool = self.pool.lock().await;
-        let mut sum = MuxStats::default();
+        let mut sum = *self
+            .retired
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for p in pool.values().flatten() {
             sum.accumulate(&p.ep.lock().mux.stats());
         }
@@ -72,8 +79,9 @@ impl NodeHandle {
             .await
     }
 
-    /// The stream counters (packets, loss, FEC overhead, window) of this node's circuits
-    /// that are still open, summed.
+    /// The stream counters (packets, loss, FEC overhead) of this node's circuits, summed
+    /// (closed circuits included, so totals never go down); the levels (window, in flight,
+    /// RTTs) of the circuits still open.
     pub async fn stream_stats(&self) -> MuxStats {
         self.streams.stats().await
     }
@@ -141,7 +149,21 @@ impl NodeHandle {
         let max = self.streams.config.max_streams;
         let mut pool = self.streams.pool.lock().await;
         let list = pool.entry(group.clone()).or_default();
-        list.retain(|p| p.ep.lock().gone.is_none());
+        list.retain(|p| {
+            let ep = p.ep.lock();
+            if ep.gone.is_none() {
+                return true;
+            }
+            let mut counters = ep.mux.stats();
+            (counters.window, counters.in_flight) = (0, 0);
+            (counters.srtt, counters.min_rtt) = (Duration::ZERO, Duration::ZERO);
+            self.streams
+                .retired
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .accumulate(&counters);
+            false
+        });
         if let Some(p) = list
             .iter()
             .find(|p| p.policy.allows(target) && p.ep.usable(max))
