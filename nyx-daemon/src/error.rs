@@ -178,4 +178,30 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
+    /// The data directory (keys, descriptor, control socket) cannot be used.
+    #[error("data directory {path}: {reason}")]
+    DataDir {
+        /// The directory or file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The control socket cannot be set up or reached.
+    #[error("control socket {path}: {reason}")]
+    Control {
+        /// The socket.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A local listener (SOCKS, metrics) could not be bound.
+    #[error("cannot listen on {addr} for {what}: {source}")]
+    Listen {
+        /// What the listener is for.
+        what: &'static str,
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
 }

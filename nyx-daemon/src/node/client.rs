@@ -11,6 +11,7 @@ use super::endpoint::{self, Endpoint, Port};
 use super::{NodeHandle, NyxStream};
 use crate::Error;
 use crate::directory::{ExitPolicy, ExitTarget};
+use crate::overlay::CircuitHandle;
 use crate::path::ExitRequirement;
 use crate::stream::{MuxStats, ResetReason, Role, StreamConfig, StreamMux};
 
@@ -114,6 +115,35 @@ impl NodeHandle {
         Err(last)
     }
 
+    /// Build a circuit for `group` whose exit satisfies `req` and add it to the group's
+    /// pool, so that later streams of the group can use it without waiting for a build
+    /// (Tor's preemptive circuits). Returns its handle and path.
+    pub async fn build_pooled(
+        &self,
+        group: &IsolationGroup,
+        req: ExitRequirement,
+    ) -> Result<(CircuitHandle, Vec<nyx_core::NodeId>), Error> {
+        let circuit = self.build_circuit(req).await?;
+        let built = (circuit.handle(), circuit.path.clone());
+        let mut pool = self.streams.pool.lock().await;
+        let ep = self.pool_circuit(circuit)?;
+        pool.entry(group.clone()).or_default().push(ep);
+        Ok(built)
+    }
+
+    /// Start the stream endpoint of a freshly built circuit.
+    fn pool_circuit(&self, circuit: super::Circuit) -> Result<Pooled, Error> {
+        let policy = circuit.exit_policy.clone();
+        let mux = StreamMux::new(
+            Role::Client,
+            self.streams.config.clone(),
+            nyx_core::Timestamp::ZERO,
+        )?;
+        let ep = Endpoint::new(mux, circuit.path.clone());
+        tokio::spawn(endpoint::run(ep.clone(), Port::Client(circuit), None));
+        Ok(Pooled { ep, policy })
+    }
+
     async fn open_on(&self, ep: Endpoint, target: &str) -> Result<NyxStream, Error> {
         let (tx, rx) = oneshot::channel();
         let id = {
@@ -173,18 +203,9 @@ impl NodeHandle {
         let circuit = self
             .build_circuit(ExitRequirement::Target(target.clone()))
             .await?;
-        let policy = circuit.exit_policy.clone();
-        let mux = StreamMux::new(
-            Role::Client,
-            self.streams.config.clone(),
-            nyx_core::Timestamp::ZERO,
-        )?;
-        let ep = Endpoint::new(mux, circuit.path.clone());
-        tokio::spawn(endpoint::run(ep.clone(), Port::Client(circuit), None));
-        list.push(Pooled {
-            ep: ep.clone(),
-            policy,
-        });
+        let pooled = self.pool_circuit(circuit)?;
+        let ep = pooled.ep.clone();
+        list.push(pooled);
         Ok(ep)
     }
 }

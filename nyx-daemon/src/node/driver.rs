@@ -13,10 +13,11 @@ use nyx_transport::udp::UdpEvent;
 use nyx_transport::udp_driver::UdpCommand;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::client::ClientStreams;
+use super::events::{CircuitInfo, EVENT_BUFFER, NodeEvent, PeerInfo};
 use super::exit::ExitService;
 use super::links::{
     LinkEvent, LinkRef, Links, spawn_quic_acceptor, spawn_quic_dial, spawn_quic_driver,
@@ -45,6 +46,13 @@ struct PendingBuild {
     reply: oneshot::Sender<Result<Circuit, Error>>,
 }
 
+/// One of this node's built circuits: where its messages go, and when it was built.
+struct OwnCircuit {
+    tx: mpsc::Sender<CircuitMessage>,
+    built_at: Instant,
+    path: Vec<NodeId>,
+}
+
 struct Driver {
     overlay: Overlay,
     epoch: Instant,
@@ -59,7 +67,10 @@ struct Driver {
     commands_tx: mpsc::Sender<Command>,
     exits_tx: mpsc::Sender<ExitRequest>,
     builds: HashMap<CircuitHandle, PendingBuild>,
-    circuits: HashMap<CircuitHandle, mpsc::Sender<CircuitMessage>>,
+    circuits: HashMap<CircuitHandle, OwnCircuit>,
+    /// When each live link came up.
+    peers_since: HashMap<NodeId, Instant>,
+    events: broadcast::Sender<NodeEvent>,
     /// Stream endpoints of the circuits this node is the exit of.
     exit_circuits: HashMap<ExitHandle, mpsc::Sender<CircuitMessage>>,
     exit_service: Option<Arc<ExitService>>,
@@ -97,6 +108,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     let (link_events_tx, link_events_rx) = mpsc::channel(LINK_EVENTS);
     let (exits_tx, exits_rx) = mpsc::channel(EXITS);
     let aux = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (events, _) = broadcast::channel(EVENT_BUFFER);
     let mut udp_events = None;
     let (quic, udp) = match bound {
         Bound::Quic(endpoint) => {
@@ -108,9 +120,13 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         Bound::Udp(transport) => {
             let (cmd_tx, cmd_rx) = mpsc::channel(4096);
             let (ev_tx, ev_rx) = mpsc::channel(INBOUND);
+            let events = events.clone();
             let task = tokio::spawn(async move {
                 if let Err(e) = transport.run(cmd_rx, ev_tx).await {
                     tracing::warn!(error = %e, "UDP transport stopped");
+                    let _ = events.send(NodeEvent::Error {
+                        message: format!("UDP transport stopped: {e}"),
+                    });
                 }
             });
             push_task(&aux, task);
@@ -124,7 +140,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     }
     let exit_service = (settings.exit_service == ExitServiceKind::Streams).then(|| {
         Arc::new(ExitService {
-            policy: settings.exit_policy.clone(),
+            policy: std::sync::RwLock::new(Arc::new(settings.exit_policy.clone())),
             config: settings.streams.clone(),
             connect_timeout: settings.exit_connect_timeout,
             connections: Arc::new(tokio::sync::Semaphore::new(settings.exit_max_connections)),
@@ -146,6 +162,8 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         exits_tx,
         builds: HashMap::new(),
         circuits: HashMap::new(),
+        peers_since: HashMap::new(),
+        events: events.clone(),
         exit_circuits: HashMap::new(),
         exit_service,
         settings,
@@ -159,6 +177,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
             id: me,
             commands: commands_tx,
             streams,
+            events,
         },
         exits: Some(exits_rx),
         task,
@@ -248,6 +267,7 @@ impl Driver {
                     let link = UdpLink::new(peer, addr, tx.clone());
                     self.links.live.insert(peer, LinkRef::Udp(link));
                 }
+                self.peer_up(peer);
                 self.overlay.link_up(peer, now);
             }
             UdpEvent::Cell { peer, data } => self.overlay.handle_cell(peer, &data, now),
@@ -273,6 +293,7 @@ impl Driver {
                 );
                 push_task(&self.aux, task);
                 self.links.live.insert(peer, LinkRef::Quic(link));
+                self.peer_up(peer);
                 self.overlay.link_up(peer, now);
             }
             LinkEvent::QuicClosed(link) => {
@@ -280,6 +301,7 @@ impl Driver {
                 let current = matches!(self.links.live.get(&peer), Some(LinkRef::Quic(l)) if Arc::ptr_eq(l, &link));
                 if current {
                     self.links.live.remove(&peer);
+                    self.peer_down(peer);
                     self.overlay.link_down(peer, now);
                 }
             }
@@ -298,8 +320,56 @@ impl Driver {
                 }
             }
             Command::Close { circuit } => {
-                self.circuits.remove(&circuit);
-                let _ = self.overlay.close(circuit, now);
+                self.close_own(circuit);
+            }
+            Command::CloseCircuit { circuit, reply } => {
+                let _ = reply.send(self.close_own(circuit));
+            }
+            Command::Circuits(reply) => {
+                let mut list: Vec<CircuitInfo> = self
+                    .circuits
+                    .iter()
+                    .map(|(handle, c)| CircuitInfo {
+                        circuit: *handle,
+                        path: c.path.clone(),
+                        age: c.built_at.elapsed(),
+                    })
+                    .collect();
+                list.sort_by_key(|c| std::cmp::Reverse(c.age));
+                let _ = reply.send(list);
+            }
+            Command::Peers(reply) => {
+                let mut list: Vec<PeerInfo> = self
+                    .links
+                    .live
+                    .keys()
+                    .map(|peer| PeerInfo {
+                        peer: *peer,
+                        age: self
+                            .peers_since
+                            .get(peer)
+                            .map(Instant::elapsed)
+                            .unwrap_or_default(),
+                        in_directory: self.directory.contains(peer),
+                    })
+                    .collect();
+                list.sort_by_key(|p| p.peer);
+                let _ = reply.send(list);
+            }
+            Command::SetDirectory(directory) => {
+                let relays = directory.len();
+                self.directory = directory;
+                tracing::info!(relays, "directory replaced");
+                let _ = self.events.send(NodeEvent::DirectoryChanged { relays });
+            }
+            Command::SetExitPolicy(policy) => {
+                if let Some(service) = &self.exit_service {
+                    service.set_policy(policy.clone());
+                }
+                self.settings.exit_policy = policy;
+            }
+            Command::SetLimits { limits, reply } => {
+                let _ = reply.send(self.overlay.set_limits(&limits));
             }
             Command::Reply { exit, payload } => {
                 if self.overlay.send_backward(exit, &payload, now).is_err() {
@@ -322,6 +392,30 @@ impl Driver {
             Command::Shutdown(done) => return Some(done),
         }
         None
+    }
+
+    /// Close one of this node's circuits; false if it has none by that handle.
+    fn close_own(&mut self, circuit: CircuitHandle) -> bool {
+        let known = self.circuits.remove(&circuit).is_some();
+        let _ = self.overlay.close(circuit, self.now());
+        if known {
+            let _ = self.events.send(NodeEvent::CircuitClosed {
+                circuit,
+                reason: DestroyReason::Requested,
+            });
+        }
+        known
+    }
+
+    fn peer_up(&mut self, peer: NodeId) {
+        self.peers_since.insert(peer, Instant::now());
+        let _ = self.events.send(NodeEvent::PeerUp { peer });
+    }
+
+    fn peer_down(&mut self, peer: NodeId) {
+        if self.peers_since.remove(&peer).is_some() {
+            let _ = self.events.send(NodeEvent::PeerDown { peer });
+        }
     }
 
     /// Pick a path (avoiding relays marked unreachable) and start building on it.
@@ -412,6 +506,7 @@ impl Driver {
                 Output::Disconnect { peer } => {
                     if let Some(link) = self.links.live.remove(&peer) {
                         link.close();
+                        self.peer_down(peer);
                     }
                 }
             }
@@ -454,8 +549,19 @@ impl Driver {
                     return;
                 };
                 let (tx, rx) = mpsc::channel(self.settings.circuit_queue);
-                self.circuits.insert(circuit, tx);
                 let path = self.overlay.path(circuit).unwrap_or_default();
+                self.circuits.insert(
+                    circuit,
+                    OwnCircuit {
+                        tx,
+                        built_at: Instant::now(),
+                        path: path.clone(),
+                    },
+                );
+                let _ = self.events.send(NodeEvent::CircuitBuilt {
+                    circuit,
+                    path: path.clone(),
+                });
                 let exit_policy = path
                     .last()
                     .and_then(|exit| self.directory.get(exit))
@@ -483,6 +589,10 @@ impl Driver {
                 let Some(pending) = self.builds.remove(&circuit) else {
                     return;
                 };
+                let _ = self.events.send(NodeEvent::CircuitFailed {
+                    attempt: pending.attempt,
+                    reason,
+                });
                 if pending.attempt < self.settings.build_attempts {
                     self.start_build(pending.req, pending.attempt + 1, pending.reply);
                 } else {
@@ -499,13 +609,16 @@ impl Driver {
                 relay,
             } => {
                 self.blame(relay, reason);
-                if let Some(tx) = self.circuits.remove(&circuit) {
-                    let _ = tx.try_send(CircuitMessage::Destroyed { reason, hop });
+                if let Some(own) = self.circuits.remove(&circuit) {
+                    let _ = own.tx.try_send(CircuitMessage::Destroyed { reason, hop });
+                    let _ = self
+                        .events
+                        .send(NodeEvent::CircuitClosed { circuit, reason });
                 }
             }
             Event::Expiring { circuit } => {
-                if let Some(tx) = self.circuits.get(&circuit) {
-                    let _ = tx.try_send(CircuitMessage::Expiring);
+                if let Some(own) = self.circuits.get(&circuit) {
+                    let _ = own.tx.try_send(CircuitMessage::Expiring);
                 }
             }
             Event::Data { circuit, payload } => self.deliver_to_owner(circuit, payload),
@@ -553,7 +666,7 @@ impl Driver {
 
     fn deliver_to_owner(&mut self, circuit: CircuitHandle, payload: Bytes) {
         match self.circuits.get(&circuit) {
-            Some(tx) if tx.try_send(CircuitMessage::Data(payload)).is_ok() => {}
+            Some(own) if own.tx.try_send(CircuitMessage::Data(payload)).is_ok() => {}
             _ => self.owner_drops += 1,
         }
     }
@@ -587,8 +700,12 @@ impl Driver {
                 hop: None,
             });
         }
-        for (_, tx) in self.circuits.drain() {
-            let _ = tx.try_send(CircuitMessage::Destroyed {
+        for (circuit, own) in self.circuits.drain() {
+            let _ = self.events.send(NodeEvent::CircuitClosed {
+                circuit,
+                reason: DestroyReason::Shutdown,
+            });
+            let _ = own.tx.try_send(CircuitMessage::Destroyed {
                 reason: DestroyReason::Shutdown,
                 hop: None,
             });

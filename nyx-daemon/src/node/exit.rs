@@ -18,7 +18,8 @@ use crate::stream::{ResetReason, Role, StreamConfig, StreamId, StreamMux};
 /// What every exit stream of a node shares.
 #[derive(Debug)]
 pub(super) struct ExitService {
-    pub(super) policy: ExitPolicy,
+    /// The policy now (the operator may change it while the node runs).
+    pub(super) policy: std::sync::RwLock<Arc<ExitPolicy>>,
     pub(super) config: StreamConfig,
     pub(super) connect_timeout: Duration,
     /// TCP connections open at once, over all circuits.
@@ -26,6 +27,23 @@ pub(super) struct ExitService {
 }
 
 impl ExitService {
+    /// The exit policy in force now.
+    pub(super) fn policy(&self) -> Arc<ExitPolicy> {
+        match self.policy.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replace the exit policy; streams opened from now on are checked against it.
+    pub(super) fn set_policy(&self, policy: ExitPolicy) {
+        let policy = Arc::new(policy);
+        match self.policy.write() {
+            Ok(mut p) => *p = policy,
+            Err(poisoned) => *poisoned.into_inner() = policy,
+        }
+    }
+
     /// Start the endpoint of a circuit this node exits; returns where its payloads go.
     pub(super) fn spawn_circuit(
         self: &Arc<Self>,
@@ -87,7 +105,8 @@ fn accept(ep: &Endpoint, id: StreamId) {
 /// Check the policy, resolve, check again, connect: the first address that answers wins.
 async fn connect(service: &ExitService, target: &str) -> Result<TcpStream, ResetReason> {
     let parsed: ExitTarget = target.parse().map_err(|_| ResetReason::Protocol)?;
-    if !service.policy.allows(&parsed) {
+    let policy = service.policy();
+    if !policy.allows(&parsed) {
         return Err(ResetReason::Policy);
     }
     let addrs: Vec<SocketAddr> = match &parsed {
@@ -106,7 +125,7 @@ async fn connect(service: &ExitService, target: &str) -> Result<TcpStream, Reset
     }
     let allowed: Vec<SocketAddr> = addrs
         .into_iter()
-        .filter(|a| service.policy.allows_resolved(*a))
+        .filter(|a| policy.allows_resolved(*a))
         .collect();
     if allowed.is_empty() {
         return Err(ResetReason::Policy);

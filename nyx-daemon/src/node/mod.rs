@@ -26,6 +26,7 @@ mod builder;
 mod client;
 mod driver;
 mod endpoint;
+mod events;
 mod exit;
 mod links;
 mod stream_io;
@@ -33,6 +34,7 @@ pub mod testnet;
 
 pub use builder::NodeBuilder;
 pub use client::IsolationGroup;
+pub use events::{CircuitInfo, NodeEvent, PeerInfo};
 pub use stream_io::NyxStream;
 
 use std::net::SocketAddr;
@@ -56,7 +58,9 @@ use tokio::task::JoinHandle;
 
 use crate::Error;
 use crate::directory::{Descriptor, DescriptorBuilder, Directory, ExitPolicy};
-use crate::overlay::{CircuitHandle, DestroyReason, ExitHandle, OverlayConfig, OverlayStats};
+use crate::overlay::{
+    CircuitHandle, DestroyReason, ExitHandle, LiveLimits, OverlayConfig, OverlayStats,
+};
 use crate::path::{ExitRequirement, PathConfig};
 
 /// A node's long-term keys.
@@ -255,11 +259,24 @@ impl BoundNode {
         now_unix: u64,
         validity: Duration,
     ) -> Result<Descriptor, Error> {
+        let builder = self.descriptor_builder(nickname, bandwidth, now_unix, validity);
+        Ok(builder.sign(&self.identity)?)
+    }
+
+    /// The contents of [`descriptor`](Self::descriptor), unsigned: a daemon keeps it to
+    /// publish again later (a new exit policy, a renewal) with the same keys and address.
+    pub fn descriptor_builder(
+        &self,
+        nickname: &str,
+        bandwidth: u32,
+        now_unix: u64,
+        validity: Duration,
+    ) -> DescriptorBuilder {
         let (quic_addr, udp_addr) = match self.settings.transport {
             TransportKind::Quic => (Some(self.addr), None),
             TransportKind::Udp => (None, Some(self.addr)),
         };
-        let builder = DescriptorBuilder {
+        DescriptorBuilder {
             nickname: nickname.to_string(),
             quic_addr,
             udp_addr,
@@ -269,8 +286,7 @@ impl BoundNode {
             bandwidth,
             published: now_unix,
             valid_until: now_unix + validity.as_secs(),
-        };
-        Ok(builder.sign(&self.identity)?)
+        }
     }
 
     /// Run the node with `directory` (spawns its tasks).
@@ -348,6 +364,18 @@ enum Command {
     },
     Stats(oneshot::Sender<NodeStats>),
     CircuitIds(oneshot::Sender<Vec<(NodeId, u32)>>),
+    Circuits(oneshot::Sender<Vec<CircuitInfo>>),
+    Peers(oneshot::Sender<Vec<PeerInfo>>),
+    CloseCircuit {
+        circuit: CircuitHandle,
+        reply: oneshot::Sender<bool>,
+    },
+    SetDirectory(Directory),
+    SetExitPolicy(ExitPolicy),
+    SetLimits {
+        limits: LiveLimits,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -357,6 +385,7 @@ pub struct NodeHandle {
     id: NodeId,
     commands: mpsc::Sender<Command>,
     streams: Arc<client::ClientStreams>,
+    events: tokio::sync::broadcast::Sender<NodeEvent>,
 }
 
 impl NodeHandle {
@@ -392,6 +421,55 @@ impl NodeHandle {
         let (reply, rx) = oneshot::channel();
         self.command(Command::CircuitIds(reply)).await?;
         rx.await.map_err(|_| Error::NodeStopped)
+    }
+
+    /// Events from now on (circuits built, failed and closed, peers up and down, directory
+    /// changes, errors). A subscriber more than 1024 events behind misses the oldest.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<NodeEvent> {
+        self.events.subscribe()
+    }
+
+    /// This node's built circuits (those carrying streams and those built raw), oldest first.
+    pub async fn circuits(&self) -> Result<Vec<CircuitInfo>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::Circuits(reply)).await?;
+        rx.await.map_err(|_| Error::NodeStopped)
+    }
+
+    /// The peers this node has a link with now.
+    pub async fn peers(&self) -> Result<Vec<PeerInfo>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::Peers(reply)).await?;
+        rx.await.map_err(|_| Error::NodeStopped)
+    }
+
+    /// Close one of this node's built circuits (DESTROY towards the exit; its streams fail
+    /// with `CircuitLost`). `Ok(false)` if there is no such circuit.
+    pub async fn close_circuit(&self, circuit: CircuitHandle) -> Result<bool, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::CloseCircuit { circuit, reply })
+            .await?;
+        rx.await.map_err(|_| Error::NodeStopped)
+    }
+
+    /// Build circuits through the relays of `directory` from now on (circuits built already
+    /// keep their paths).
+    pub async fn set_directory(&self, directory: Directory) -> Result<(), Error> {
+        self.command(Command::SetDirectory(directory)).await
+    }
+
+    /// Check the streams opened on this node as an exit against `policy` from now on. The
+    /// descriptor the operator publishes should say the same (see [`BoundNode::descriptor`]).
+    pub async fn set_exit_policy(&self, policy: ExitPolicy) -> Result<(), Error> {
+        self.command(Command::SetExitPolicy(policy)).await
+    }
+
+    /// Change the overlay's rate limits and relayed-circuit cap while it runs
+    /// ([`Overlay::set_limits`](crate::overlay::Overlay::set_limits)).
+    pub async fn set_limits(&self, limits: LiveLimits) -> Result<(), Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::SetLimits { limits, reply }).await?;
+        rx.await.map_err(|_| Error::NodeStopped)?
     }
 
     async fn command(&self, command: Command) -> Result<(), Error> {

@@ -105,9 +105,34 @@ impl Default for OverlayConfig {
     }
 }
 
+/// The limits of an overlay that can change while it runs ([`Overlay::set_limits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveLimits {
+    /// Cells a peer may send over its link.
+    pub link_cells: Quota,
+    /// Cells on one relayed circuit.
+    pub circuit_cells: Quota,
+    /// CREATEs a peer may send.
+    pub circuit_creates: Quota,
+    /// Most circuits relayed at once.
+    pub max_relay_circuits: usize,
+}
+
 /// The owner's name for a circuit it built (local, never on the wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CircuitHandle(u64);
+
+impl CircuitHandle {
+    /// The handle as a number (the control API shows it; local, never on the wire).
+    pub fn id(self) -> u64 {
+        self.0
+    }
+
+    /// The handle numbered `id` (as [`id`](Self::id) returned it).
+    pub fn from_id(id: u64) -> Self {
+        CircuitHandle(id)
+    }
+}
 
 /// A relayed circuit that delivered a payload to this node (this node is its exit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -356,6 +381,38 @@ impl Overlay {
     /// The onion keys CREATEs are answered with (rotate them here).
     pub fn onion_keys_mut(&mut self) -> &mut OnionKeyRing {
         &mut self.onion_keys
+    }
+
+    /// Change the rate limits and the relayed-circuit cap of a running overlay. The link and
+    /// CREATE limiters start afresh (every peer gets a full burst); circuits relayed now keep
+    /// their per-circuit limiter until they end, new ones use `limits.circuit_cells`.
+    pub fn set_limits(&mut self, limits: &LiveLimits) -> Result<(), Error> {
+        let limiter = |quota| {
+            KeyedLimiter::new(quota, self.config.max_limited_keys).map_err(|e| {
+                Error::OverlayConfig {
+                    reason: e.to_string(),
+                }
+            })
+        };
+        let link = limiter(limits.link_cells)?;
+        let create = limiter(limits.circuit_creates)?;
+        self.link_limiter = link;
+        self.create_limiter = create;
+        self.config.link_cells = limits.link_cells;
+        self.config.circuit_creates = limits.circuit_creates;
+        self.config.circuit_cells = limits.circuit_cells;
+        self.config.max_relay_circuits = limits.max_relay_circuits;
+        Ok(())
+    }
+
+    /// The limits [`set_limits`](Self::set_limits) changes, as they are now.
+    pub fn limits(&self) -> LiveLimits {
+        LiveLimits {
+            link_cells: self.config.link_cells,
+            circuit_cells: self.config.circuit_cells,
+            circuit_creates: self.config.circuit_creates,
+            max_relay_circuits: self.config.max_relay_circuits,
+        }
     }
 
     /// Counters.

@@ -41,14 +41,15 @@ use crate::node::IsolationGroup;
 use crate::path::PathError;
 use crate::stream::ResetReason;
 
-/// The isolation group of a SOCKS client: `socks5` without credentials, otherwise
+/// The isolation group of a SOCKS client: without credentials, the node's default group
+/// (shared with `connect` and the control API's pre-built circuits), otherwise
 /// `socks5:` followed by the username and the password, each as lowercase hex and ended by
 /// `:`. Hex never contains `:`, so distinct pairs always give distinct names (`("ab", "")`
 /// and `("a", "b")` differ), and no pair gives the no-credentials group or a group an
 /// embedding application names without the `socks5:` prefix.
 pub fn isolation_group(credentials: Option<&proto::Credentials>) -> IsolationGroup {
     let Some(c) = credentials else {
-        return IsolationGroup::new("socks5");
+        return IsolationGroup::default();
     };
     let mut name = String::with_capacity(9 + 2 * (c.username.len() + c.password.len()));
     name.push_str("socks5:");

@@ -15,6 +15,7 @@ use super::proto::{self, Method, Parsed, Reply, SocksError, TargetAddr};
 use super::stats::{Active, Event, SocksCounters, SocksStats};
 use super::{isolation_group, reply_for_error};
 use crate::Error;
+use crate::daemon::streams::{Counted, StreamRegistry, StreamSource};
 use crate::node::{IsolationGroup, NodeHandle, NyxStream};
 use crate::stream::ResetReason;
 
@@ -94,6 +95,17 @@ impl SocksServer {
         node: NodeHandle,
         config: SocksConfig,
     ) -> Result<Self, Error> {
+        Self::spawn_with_registry(listener, node, config, None)
+    }
+
+    /// [`spawn`](Self::spawn), recording every open stream in `streams` (a daemon lists and
+    /// closes them through its control API).
+    pub fn spawn_with_registry(
+        listener: TcpListener,
+        node: NodeHandle,
+        config: SocksConfig,
+        streams: Option<StreamRegistry>,
+    ) -> Result<Self, Error> {
         config.validate()?;
         let local_addr = listener
             .local_addr()
@@ -103,9 +115,16 @@ impl SocksServer {
             })?;
         let counters = SocksCounters::default();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, node, config, counters.clone(), async {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(serve(
+            listener,
+            node,
+            config,
+            counters.clone(),
+            streams,
+            async {
+                let _ = stopped.await;
+            },
+        ));
         Ok(SocksServer {
             local_addr,
             counters,
@@ -157,6 +176,7 @@ pub async fn serve(
     node: NodeHandle,
     config: SocksConfig,
     counters: SocksCounters,
+    streams: Option<StreamRegistry>,
     shutdown: impl Future<Output = ()>,
 ) {
     let permits = config.max_connections.min(Semaphore::MAX_PERMITS);
@@ -186,8 +206,9 @@ pub async fn serve(
             continue;
         };
         let (node, config, counters) = (node.clone(), config.clone(), counters.clone());
+        let streams = streams.clone();
         clients.spawn(async move {
-            handle(conn, node, &config, &counters).await;
+            handle(conn, node, &config, &counters, streams.as_ref()).await;
             drop(permit);
         });
     }
@@ -196,7 +217,13 @@ pub async fn serve(
 }
 
 /// One client, from the greeting to the end of the relay.
-async fn handle(mut conn: TcpStream, node: NodeHandle, config: &SocksConfig, c: &SocksCounters) {
+async fn handle(
+    mut conn: TcpStream,
+    node: NodeHandle,
+    config: &SocksConfig,
+    c: &SocksCounters,
+    streams: Option<&StreamRegistry>,
+) {
     let _active = Active::new(c);
     let _ = conn.set_nodelay(true);
     let accepted = match tokio::time::timeout(config.handshake_timeout, handshake(&mut conn)).await
@@ -240,7 +267,17 @@ async fn handle(mut conn: TcpStream, node: NodeHandle, config: &SocksConfig, c: 
         return c.count(Event::Aborted);
     }
     c.count(Event::Replied(Reply::Succeeded));
-    relay(conn, stream, &accepted.early).await;
+    match streams {
+        Some(streams) => {
+            // Listed (and closable) through the control API while it lasts.
+            let ticket = streams.register(StreamSource::Socks, &target, stream.path().to_vec());
+            tokio::select! {
+                () = relay(Counted::new(conn, &ticket), stream, &accepted.early) => {}
+                () = ticket.closed() => {}
+            }
+        }
+        None => relay(conn, stream, &accepted.early).await,
+    }
 }
 
 /// Answer a request with a failure; the connection closes when dropped.
@@ -254,9 +291,9 @@ async fn fail(conn: &mut TcpStream, reply: Reply, c: &SocksCounters) {
 /// Relay until both directions are finished; a failure on one side is passed on as a
 /// reset (of the stream, or of the client's TCP connection, so that a cut transfer never
 /// looks complete).
-async fn relay(mut conn: TcpStream, mut stream: NyxStream, early: &[u8]) {
+async fn relay<C: Linger>(mut conn: C, mut stream: NyxStream, early: &[u8]) {
     if !early.is_empty() && stream.write_all(early).await.is_err() {
-        let _ = conn.set_zero_linger();
+        conn.abort_on_close();
         return;
     }
     if let Err(e) = tokio::io::copy_bidirectional(&mut conn, &mut stream).await {
@@ -264,11 +301,29 @@ async fn relay(mut conn: TcpStream, mut stream: NyxStream, early: &[u8]) {
             .get_ref()
             .is_some_and(|inner| inner.downcast_ref::<Error>().is_some());
         if from_stream {
-            let _ = conn.set_zero_linger();
+            conn.abort_on_close();
         } else {
             stream.reset(ResetReason::Cancelled);
         }
         tracing::debug!(kind = ?e.kind(), stream = from_stream, "socks relay ended on an error");
+    }
+}
+
+/// A client connection that can be made to end with a TCP reset instead of a FIN, so
+/// that a cut transfer never looks complete.
+trait Linger: AsyncRead + AsyncWrite + Unpin {
+    fn abort_on_close(&mut self);
+}
+
+impl Linger for TcpStream {
+    fn abort_on_close(&mut self) {
+        let _ = self.set_zero_linger();
+    }
+}
+
+impl Linger for Counted<'_, TcpStream> {
+    fn abort_on_close(&mut self) {
+        let _ = self.get_mut().set_zero_linger();
     }
 }
 

@@ -277,7 +277,7 @@ fn credentials_name_isolation_groups_unambiguously() {
             password: p.to_vec(),
         }))
     };
-    assert_eq!(isolation_group(None), IsolationGroup::new("socks5"));
+    assert_eq!(isolation_group(None), IsolationGroup::default());
     assert_eq!(group(b"a", b"b"), group(b"a", b"b"));
     assert_eq!(group(b"a", b"b"), IsolationGroup::new("socks5:61:62:"));
     let distinct = [
@@ -289,8 +289,8 @@ fn credentials_name_isolation_groups_unambiguously() {
         group(b"", b""),
         group(b"a:", b""),
         isolation_group(None),
-        IsolationGroup::default(),
     ];
+    assert_eq!(isolation_group(None), IsolationGroup::default());
     for (i, x) in distinct.iter().enumerate() {
         for y in &distinct[i + 1..] {
             assert_ne!(x, y);
@@ -330,7 +330,7 @@ async fn handshake_without_credentials_keeps_pipelined_data() {
         outcome.unwrap(),
         format!(
             "localhost:8080 {:?} early=\"GET / HTTP/1.0\\r\\n\\r\\n\"",
-            IsolationGroup::new("socks5")
+            IsolationGroup::default()
         )
     );
     // Method 0 only: success is the caller's to send.

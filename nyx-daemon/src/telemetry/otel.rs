@@ -305,7 +305,12 @@ mod tests {
                 if let AggregatedMetrics::F64(MetricData::Sum(sum)) = m.data()
                     && m.name() == "nyx_cells_relayed"
                 {
-                    values.extend(sum.data_points().next().map(|p| p.value()));
+                    // Data points come in no particular order: pick the forward one.
+                    values.extend(
+                        sum.data_points()
+                            .filter(|p| p.attributes().any(|kv| kv.value.as_str() == "forward"))
+                            .map(|p| p.value()),
+                    );
                 }
             }
         }

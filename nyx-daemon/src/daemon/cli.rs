@@ -1,0 +1,127 @@
+//! The `nyx-daemon` command line, as a library function so that `nyx-daemon` and
+//! `nyx daemon` (what `nyx testnet` starts) are the same program.
+//!
+//! Exit codes: 0 after a graceful stop, 2 for a configuration error, 1 for any other
+//! failure.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::{Daemon, DaemonConfig, LogControl, READY_PREFIX};
+use crate::telemetry::Telemetry;
+
+/// Run a NyxNet node.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DaemonArgs {
+    /// The TOML configuration file (default: embedded defaults).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Keep keys, the descriptor and the control socket here (overrides `data_dir`).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Log filter, e.g. `debug` or `nyx_daemon=debug,info` (overrides `log.level`).
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Check the configuration, print it with defaults filled in, and exit.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// Run the daemon as `args` say, until it is stopped; the process's exit code.
+pub fn main(args: DaemonArgs) -> ExitCode {
+    let config = match load_config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nyx-daemon: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        print!("{}", config.to_toml());
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("nyx")
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("nyx-daemon: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config, args.config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nyx-daemon: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_config(args: &DaemonArgs) -> Result<DaemonConfig, crate::Error> {
+    let origin = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("<defaults>"));
+    let mut config = match &args.config {
+        Some(path) => DaemonConfig::load(path)?,
+        None => DaemonConfig::default(),
+    };
+    if let Some(dir) = &args.data_dir {
+        config.data_dir = Some(dir.clone());
+    }
+    if let Some(level) = &args.log_level {
+        config.log.level = level.clone();
+    }
+    config.validate(&origin)?;
+    Ok(config)
+}
+
+async fn run(config: DaemonConfig, path: Option<PathBuf>) -> Result<(), crate::Error> {
+    let telemetry = Arc::new(Telemetry::init(&config.log, &config.telemetry)?);
+    // The daemon changes the log filter through a weak handle, so that this function holds
+    // the only strong one and can shut telemetry down (flushing exports) at the end.
+    let weak = Arc::downgrade(&telemetry);
+    let log_control: LogControl = Arc::new(move |level: &str| match weak.upgrade() {
+        Some(t) => t.set_log_level(level).map_err(|e| e.to_string()),
+        None => Err("telemetry is shut down".into()),
+    });
+    let export_interval = config.telemetry.export_interval;
+    let result = async {
+        let daemon = Daemon::start(config, path, Some(log_control)).await?;
+        if telemetry.otlp_enabled() {
+            let cell = Arc::new(std::sync::OnceLock::new());
+            let _ = cell.set(daemon.state().clone());
+            let source = super::run::metrics_source(cell);
+            let stop = daemon.state().clone();
+            let recorder = telemetry.metrics_recorder();
+            tokio::spawn(async move {
+                recorder
+                    .run(source, export_interval, async move {
+                        stop.shutdown_requested().await
+                    })
+                    .await;
+            });
+        }
+        let ready = serde_json::to_string(daemon.ready()).unwrap_or_default();
+        println!("{READY_PREFIX}{ready}");
+        daemon.wait().await
+    }
+    .await;
+    if let Err(e) = &result {
+        tracing::error!(error = %e, "nyx-daemon failed");
+    }
+    match Arc::try_unwrap(telemetry) {
+        Ok(t) => {
+            let flushed = tokio::task::spawn_blocking(move || t.shutdown()).await;
+            if let Ok(Err(e)) = flushed {
+                eprintln!("nyx-daemon: {e}");
+            }
+        }
+        Err(_) => eprintln!("nyx-daemon: telemetry still in use at exit; not flushed"),
+    }
+    result
+}

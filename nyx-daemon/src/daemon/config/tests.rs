@@ -1,0 +1,163 @@
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+
+fn parse_str(text: &str) -> Result<DaemonConfig, Error> {
+    DaemonConfig::parse(text, Path::new("<string>"))
+}
+
+#[test]
+fn empty_file_gives_defaults() {
+    let c = parse_str("").unwrap();
+    assert_eq!(c, DaemonConfig::default());
+    assert_eq!(c.transport, TransportKind::Quic);
+    assert!(c.socks.enabled);
+    assert!(c.exit_policy().unwrap().is_reject_all());
+}
+
+#[test]
+fn example_file_parses() {
+    let text = include_str!("../../../nyx.example.toml");
+    let c = parse_str(text).unwrap();
+    assert_eq!(c.nickname, "my-relay");
+}
+
+#[test]
+fn full_file_parses() {
+    let c = parse_str(
+        r#"
+        listen = ["127.0.0.2:4433"]
+        transport = "udp"
+        data_dir = "/var/lib/nyx"
+        nickname = "relay_7"
+        [control]
+        socket = "/run/nyx/control.sock"
+        [socks]
+        listen = "127.0.0.1:19050"
+        handshake_timeout = "2s"
+        [directory]
+        file = "/etc/nyx/directory.txt"
+        [relay]
+        exit_policy = ["accept 127.0.0.0/8:80-443", "reject *:*"]
+        bandwidth = 5000
+        [limits]
+        max_circuits = 100
+        link_cells = { per_second = 1000.0, burst = 100 }
+        [log]
+        level = "nyx_daemon=debug,info"
+        format = "json"
+        [telemetry]
+        otlp_endpoint = "http://127.0.0.1:4317"
+        export_interval = "2s 500ms"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.transport, TransportKind::Udp);
+    assert_eq!(c.socks.handshake_timeout, Duration::from_secs(2));
+    assert_eq!(c.limits.max_circuits, 100);
+    assert_eq!(c.telemetry.export_interval, Duration::from_millis(2500));
+    let settings = c.node_settings();
+    assert_eq!(settings.overlay.max_relay_circuits, 100);
+    assert_eq!(settings.overlay.link_cells.burst(), 100);
+    assert!(
+        settings
+            .exit_policy
+            .allows(&"127.0.0.1:80".parse().unwrap())
+    );
+    assert!(
+        !settings
+            .exit_policy
+            .allows(&"127.0.0.1:22".parse().unwrap())
+    );
+}
+
+#[test]
+fn show_round_trips() {
+    let mut c = DaemonConfig {
+        nickname: "shown".into(),
+        ..Default::default()
+    };
+    c.relay.exit_policy = vec!["accept *:443".into()];
+    let again = parse_str(&c.to_toml()).unwrap();
+    assert_eq!(again, c);
+}
+
+#[test]
+fn misspelled_keys_are_named() {
+    for (text, key) in [
+        ("[limits]\nmax_circuts = 5\n", "max_circuts"),
+        ("nicknme = \"x\"\n", "nicknme"),
+        ("[socks]\nlisten_addr = \"127.0.0.1:1\"\n", "listen_addr"),
+        ("[relay]\nexitpolicy = []\n", "exitpolicy"),
+        ("[sock]\n", "sock"),
+    ] {
+        let err = parse_str(text).unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains("<string>"), "{err}");
+    }
+}
+
+#[test]
+fn wrong_types_are_named() {
+    let err = parse_str("[limits]\nmax_circuits = \"many\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("max_circuits") && err.contains("invalid type"),
+        "{err}"
+    );
+    let err = parse_str("transport = \"tcp\"\n").unwrap_err().to_string();
+    assert!(err.contains("transport") && err.contains("tcp"), "{err}");
+    let err = parse_str("[socks]\nhandshake_timeout = \"soon\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("handshake_timeout"), "{err}");
+}
+
+#[test]
+fn invalid_values_are_all_listed() {
+    let err = parse_str(
+        "listen = []\nnickname = \"bad name\"\n[limits]\nmax_links = 0\n\
+         [relay]\nexit_policy = [\"allow *:*\"]\n[socks]\nmax_connections = 0\n",
+    )
+    .unwrap_err()
+    .to_string();
+    for needle in [
+        "listen: at least one address",
+        "limits.max_links: must be at least 1",
+        "nickname: \"bad name\" contains ' '",
+        "relay.exit_policy:",
+        "socks.max_connections: must be at least 1",
+    ] {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    let err = DaemonConfig::load(Path::new("/nonexistent/nyx.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("cannot read config file /nonexistent/nyx.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn diff_separates_live_and_restart_keys() {
+    let old = DaemonConfig::default();
+    let mut new = old.clone();
+    new.log.level = "debug".into();
+    new.relay.exit_policy = vec!["accept *:80".into()];
+    new.limits.link_cells.burst = 5;
+    new.socks.listen = "127.0.0.1:1".parse().unwrap();
+    new.transport = TransportKind::Udp;
+    let d = old.diff(&new);
+    assert_eq!(
+        d.live,
+        ["relay.exit_policy", "limits.link_cells", "log.level"]
+    );
+    assert_eq!(d.restart, ["transport", "socks"]);
+    assert_eq!(old.diff(&old), ConfigDiff::default());
+}

@@ -1,0 +1,194 @@
+//! The daemon's files: the data directory (mode 0700), the long-term keys in it (mode 0600,
+//! created on first start), the descriptor it publishes and the directory it reads.
+//!
+//! ```text
+//! <data_dir>/                  0700
+//!   keys/                      0700
+//!     identity.key             0600  Ed25519 identity (the node id is its hash)
+//!     link.key                 0600  hybrid X25519 + ML-KEM-768 key of the UDP link handshake
+//!   descriptor.txt             this node's signed descriptor, as a one-relay directory document
+//!   directory.txt              the relays to use (default name; `[directory] file`)
+//!   control.sock               the control socket (default; `[control] socket`)
+//! ```
+//!
+//! Onion keys are not stored: each start generates a fresh one and publishes it in a new
+//! descriptor, so a stolen disk never exposes past circuits.
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::kem::HybridSecretKey;
+use nyx_crypto::keyfile;
+use nyx_crypto::link::LinkKey;
+use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
+
+use crate::Error;
+use crate::directory::Directory;
+use crate::node::NodeKeys;
+
+/// File names inside the data directory.
+pub const IDENTITY_FILE: &str = "keys/identity.key";
+/// The link key's file.
+pub const LINK_KEY_FILE: &str = "keys/link.key";
+/// The published descriptor.
+pub const DESCRIPTOR_FILE: &str = "descriptor.txt";
+/// The default control socket name.
+pub const CONTROL_SOCKET: &str = "control.sock";
+
+/// The data directory to use: the configured one, else `$XDG_STATE_HOME/nyx`, else
+/// `$HOME/.local/state/nyx`.
+pub fn default_data_dir() -> Result<PathBuf, Error> {
+    if let Some(state) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(state).join("nyx"));
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(home).join(".local/state/nyx"));
+    }
+    Err(Error::DataDir {
+        path: PathBuf::new(),
+        reason: "no data_dir configured and neither XDG_STATE_HOME nor HOME is set".into(),
+    })
+}
+
+/// Create `dir` (and its parents) if missing and make it (and `keys/`) private: mode 0700.
+pub fn prepare_data_dir(dir: &Path) -> Result<(), Error> {
+    let fail = |path: &Path, e: std::io::Error| Error::DataDir {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    };
+    for d in [dir.to_owned(), dir.join("keys")] {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&d)
+            .map_err(|e| fail(&d, e))?;
+        let meta = fs::metadata(&d).map_err(|e| fail(&d, e))?;
+        if !meta.is_dir() {
+            return Err(Error::DataDir {
+                path: d,
+                reason: "exists and is not a directory".into(),
+            });
+        }
+        if meta.permissions().mode() & 0o077 != 0 {
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).map_err(|e| fail(&d, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Load the node's keys from `dir`, creating the files on first start; `created` tells
+/// whether they were new. The onion key ring is always fresh (certified from `now_unix`).
+pub fn load_or_create_keys(dir: &Path, now_unix: u64) -> Result<(NodeKeys, bool), Error> {
+    let id_path = dir.join(IDENTITY_FILE);
+    let link_path = dir.join(LINK_KEY_FILE);
+    let mut created = false;
+    let identity = if id_path.exists() {
+        keyfile::read_identity(&id_path)?
+    } else {
+        let key = IdentityKey::generate()?;
+        keyfile::write_identity(&id_path, &key)?;
+        created = true;
+        key
+    };
+    let link = if link_path.exists() {
+        keyfile::read_hybrid(&link_path)?
+    } else {
+        let key = HybridSecretKey::generate()?;
+        keyfile::write_hybrid(&link_path, &key)?;
+        created = true;
+        key
+    };
+    let mut onion_keys = OnionKeyRing::new(RotationPolicy::default())?;
+    onion_keys.rotate(&identity, now_unix)?;
+    Ok((
+        NodeKeys {
+            identity: Arc::new(identity),
+            link_key: LinkKey::new(link),
+            onion_keys,
+        },
+        created,
+    ))
+}
+
+/// Write `text` to `path` atomically (temporary file, then rename).
+pub fn write_atomic(path: &Path, text: &str) -> Result<(), Error> {
+    let tmp = path.with_extension("tmp");
+    let fail = |e: std::io::Error| Error::DataDir {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    };
+    fs::write(&tmp, text).map_err(fail)?;
+    fs::rename(&tmp, path).map_err(fail)
+}
+
+/// Read the directory at `path`; a missing file is an empty directory (no relays yet).
+/// Rejected descriptor lines are logged (counted) and skipped.
+pub fn read_directory(path: &Path, now_unix: u64) -> Result<Directory, Error> {
+    if !path.exists() {
+        return Ok(Directory::from_descriptors(Vec::new())?);
+    }
+    let (directory, rejected) = Directory::load(path, now_unix)?;
+    if !rejected.is_empty() {
+        tracing::warn!(
+            rejected = rejected.len(),
+            "directory lines skipped (expired, bad signature or malformed)"
+        );
+    }
+    Ok(directory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("nyx-files-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn keys_are_created_private_and_reloaded() {
+        let dir = temp_dir("keys");
+        prepare_data_dir(&dir).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("keys")), 0o700);
+        let (keys, created) = load_or_create_keys(&dir, 1_000_000).unwrap();
+        assert!(created);
+        assert_eq!(mode(&dir.join(IDENTITY_FILE)), 0o600);
+        assert_eq!(mode(&dir.join(LINK_KEY_FILE)), 0o600);
+        let (again, created) = load_or_create_keys(&dir, 1_000_000).unwrap();
+        assert!(!created);
+        assert_eq!(again.identity.node_id(), keys.identity.node_id());
+        assert_eq!(again.link_key.public(), keys.link_key.public());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn loose_directory_is_tightened_and_loose_key_refused() {
+        let dir = temp_dir("loose");
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        prepare_data_dir(&dir).unwrap();
+        assert_eq!(
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        load_or_create_keys(&dir, 1).unwrap();
+        let id = dir.join(IDENTITY_FILE);
+        fs::set_permissions(&id, fs::Permissions::from_mode(0o644)).unwrap();
+        let err = load_or_create_keys(&dir, 1).unwrap_err().to_string();
+        assert!(err.contains("identity.key"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn missing_directory_file_is_empty() {
+        let d = read_directory(Path::new("/nonexistent/dir.txt"), 1).unwrap();
+        assert!(d.is_empty());
+    }
+}

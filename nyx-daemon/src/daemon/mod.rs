@@ -1,0 +1,18 @@
+//! The daemon around a node: configuration file, data directory and keys, the control
+//! socket, the SOCKS5 entry, the metrics endpoint, signals, reloads and a graceful stop.
+//! The `nyx-daemon` binary is [`cli::main`]: telemetry, then [`Daemon::start`] and
+//! [`Daemon::wait`]; tests and embedders can run a daemon in-process the same way.
+//!
+//! What it is not for: the network itself (that is [`crate::node`]), or choosing the tokio
+//! runtime and installing the global tracing subscriber (the binary does both).
+
+pub mod cli;
+pub mod config;
+pub mod files;
+mod run;
+mod state;
+pub mod streams;
+
+pub use config::{ConfigDiff, DaemonConfig};
+pub use run::{Daemon, READY_PREFIX, Ready};
+pub use state::{DaemonState, Endpoints, LogControl, ReloadOutcome, StateParts};

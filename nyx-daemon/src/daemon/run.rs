@@ -1,0 +1,264 @@
+//! Starting and stopping a daemon: data directory and keys, bind, publish the descriptor,
+//! start the node with the directory, open the SOCKS5 entry, the control socket and the
+//! metrics endpoint, then wait for a stop (SIGINT, SIGTERM, the Shutdown call) while
+//! SIGHUP reloads.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::config::DaemonConfig;
+use super::files;
+use super::state::{DaemonState, Endpoints, LogControl, StateParts};
+use crate::Error;
+use crate::control::{self, ControlListener};
+use crate::node::{BoundNode, Node, unix_now};
+use crate::telemetry::prometheus::{PrometheusConfig, PrometheusServer};
+use crate::telemetry::{MetricsSnapshot, SnapshotSource, snapshot_source};
+
+/// The line a daemon prints on stdout once it serves, followed by a JSON object with its
+/// node id and addresses (`nyx testnet` and tests read it).
+pub const READY_PREFIX: &str = "nyx-daemon ready ";
+
+/// How long a graceful stop may take before the node is stopped hard.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// What a started daemon reports (also printed as the ready line).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Ready {
+    /// The node id.
+    pub node_id: String,
+    /// Where it listens for other nodes.
+    pub listen: String,
+    /// The SOCKS5 entry ("" when off).
+    pub socks: String,
+    /// The control socket.
+    pub control: String,
+    /// The Prometheus endpoint ("" when off).
+    pub prometheus: String,
+    /// The data directory.
+    pub data_dir: String,
+    /// Whether the keys were created by this start.
+    pub new_keys: bool,
+}
+
+/// A started daemon: call [`wait`](Self::wait) to run it until it is told to stop.
+#[derive(Debug)]
+pub struct Daemon {
+    state: Arc<DaemonState>,
+    node: Node,
+    ready: Ready,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    socks: Option<crate::socks::SocksServer>,
+}
+
+impl Daemon {
+    /// Start a daemon with `config` (read from `config_path`, if any, which reloads read
+    /// again). `log_control` changes the log filter (reload, SetLogLevel). Needs a tokio
+    /// runtime.
+    pub async fn start(
+        config: DaemonConfig,
+        config_path: Option<PathBuf>,
+        log_control: Option<LogControl>,
+    ) -> Result<Self, Error> {
+        let data_dir = match &config.data_dir {
+            Some(dir) => dir.clone(),
+            None => files::default_data_dir()?,
+        };
+        files::prepare_data_dir(&data_dir)?;
+        let now = unix_now();
+        let (keys, new_keys) = files::load_or_create_keys(&data_dir, now)?;
+        let identity = keys.identity.clone();
+        let bound = BoundNode::bind(keys, config.node_settings())?;
+        let listen = bound.local_addr();
+        let descriptor = bound.descriptor_builder(
+            &config.nickname,
+            config.relay.bandwidth,
+            now,
+            config.relay.descriptor_validity,
+        );
+        let directory_path = data_dir.join(&config.directory.file);
+        let directory = files::read_directory(&directory_path, now)?;
+        let control_path = config
+            .control
+            .socket
+            .clone()
+            .unwrap_or_else(|| data_dir.join(files::CONTROL_SOCKET));
+        // Bind every local listener before starting anything, so a port in use fails the
+        // start cleanly.
+        let control_listener = ControlListener::bind(&control_path)?;
+        let socks_listener = match config.socks.enabled {
+            true => Some(bind_tcp("SOCKS5", config.socks.listen).await?),
+            false => None,
+        };
+        // The metrics server is bound now; its snapshots come from the state, set below.
+        let metrics_state: Arc<OnceLock<Arc<DaemonState>>> = Arc::new(OnceLock::new());
+        let prometheus = match config.telemetry.prometheus_listen {
+            Some(addr) => Some(
+                PrometheusServer::bind(
+                    addr,
+                    metrics_source(metrics_state.clone()),
+                    PrometheusConfig::default(),
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        let endpoints = Endpoints {
+            listen,
+            socks: socks_listener.as_ref().and_then(|l| l.local_addr().ok()),
+            control: control_path.clone(),
+            prometheus: prometheus.as_ref().and_then(|p| p.local_addr().ok()),
+            data_dir: data_dir.clone(),
+        };
+        let node = bound.start(directory.clone())?;
+        let state = DaemonState::new(StateParts {
+            node: node.handle(),
+            endpoints: endpoints.clone(),
+            config_path,
+            config: config.clone(),
+            directory: directory.clone(),
+            log_control,
+            identity,
+            descriptor: descriptor.clone(),
+        });
+        let _ = metrics_state.set(state.clone());
+        state.publish(descriptor)?;
+        let mut tasks = Vec::new();
+        let socks = match socks_listener {
+            Some(listener) => Some(crate::socks::SocksServer::spawn_with_registry(
+                listener,
+                node.handle(),
+                crate::socks::SocksConfig {
+                    handshake_timeout: config.socks.handshake_timeout,
+                    max_connections: config.socks.max_connections,
+                    ..crate::socks::SocksConfig::default()
+                },
+                Some(state.streams.clone()),
+            )?),
+            None => None,
+        };
+        if let Some(socks) = &socks {
+            state.set_socks_counters(socks.counters());
+        }
+        if let Some(server) = prometheus {
+            let stop = state.clone();
+            tasks.push(tokio::spawn(async move {
+                server
+                    .run(async move { stop.shutdown_requested().await })
+                    .await;
+            }));
+        }
+        let stop = state.clone();
+        let control_state = state.clone();
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move { stop.shutdown_requested().await };
+            if let Err(e) = control::serve(control_listener, control_state, shutdown).await {
+                tracing::error!(error = %e, "control socket stopped");
+            }
+        }));
+        let ready = Ready {
+            node_id: node.handle().node_id().to_string(),
+            listen: listen.to_string(),
+            socks: endpoints.socks.map(|a| a.to_string()).unwrap_or_default(),
+            control: control_path.display().to_string(),
+            prometheus: endpoints
+                .prometheus
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            data_dir: data_dir.display().to_string(),
+            new_keys,
+        };
+        tracing::info!(
+            relays = directory.len(),
+            new_keys,
+            transport = %config.transport,
+            "nyx-daemon started"
+        );
+        Ok(Daemon {
+            state,
+            node,
+            ready,
+            tasks,
+            socks,
+        })
+    }
+
+    /// Addresses and identity of the started daemon.
+    pub fn ready(&self) -> &Ready {
+        &self.ready
+    }
+
+    /// The shared state (what the control API acts on).
+    pub fn state(&self) -> &Arc<DaemonState> {
+        &self.state
+    }
+
+    /// Run until SIGINT, SIGTERM or a Shutdown call; SIGHUP reloads the configuration.
+    /// Then stop gracefully: stop accepting, tear circuits down, remove the control socket.
+    pub async fn wait(self) -> Result<(), Error> {
+        let signal_error = |e: std::io::Error| Error::Control {
+            path: self.state.endpoints.control.clone(),
+            reason: format!("cannot install signal handlers: {e}"),
+        };
+        let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
+        let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
+        let mut sighup = signal(SignalKind::hangup()).map_err(signal_error)?;
+        loop {
+            tokio::select! {
+                _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break }
+                _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break }
+                _ = sighup.recv() => match self.state.reload().await {
+                    Ok(outcome) => {
+                        if !outcome.diff.restart.is_empty() {
+                            tracing::warn!(
+                                keys = %outcome.diff.restart.join(", "),
+                                "SIGHUP: changed keys need a restart"
+                            );
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: reload failed; nothing changed"),
+                },
+                () = self.state.shutdown_requested() => break,
+            }
+        }
+        self.stop().await;
+        Ok(())
+    }
+
+    /// Stop gracefully now (what [`wait`](Self::wait) does after a signal).
+    pub async fn stop(self) {
+        self.state.request_shutdown();
+        if let Some(socks) = self.socks {
+            socks.shutdown().await;
+        }
+        self.node.shutdown_within(STOP_GRACE).await;
+        for task in self.tasks {
+            // The control server finishes its calls and removes the socket file.
+            let _ = tokio::time::timeout(STOP_GRACE, task).await;
+        }
+        tracing::info!("nyx-daemon stopped");
+    }
+}
+
+/// Snapshots of the daemon in `cell` (empty ones until it is set).
+pub(crate) fn metrics_source(cell: Arc<OnceLock<Arc<DaemonState>>>) -> SnapshotSource {
+    snapshot_source(move || {
+        let state = cell.get().cloned();
+        async move {
+            match state {
+                Some(s) => s.metrics_snapshot().await,
+                None => MetricsSnapshot::default(),
+            }
+        }
+    })
+}
+
+async fn bind_tcp(what: &'static str, addr: std::net::SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Listen { what, addr, source })
+}

@@ -1,0 +1,326 @@
+//! What a running daemon knows and can change: the node, the configuration in force, the
+//! published descriptor, the application streams. The control API, SIGHUP and the metrics
+//! endpoint all act through [`DaemonState`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use nyx_crypto::identity::IdentityKey;
+use tokio::sync::watch;
+
+use super::config::{ConfigDiff, DaemonConfig};
+use super::files;
+use super::streams::StreamRegistry;
+use crate::Error;
+use crate::directory::{DescriptorBuilder, Directory};
+use crate::node::{NodeHandle, unix_now};
+use crate::socks::SocksCounters;
+use crate::telemetry::{ExtraMetric, MetricsSnapshot, render_prometheus};
+
+/// Changes the log filter of the running process (installed by the binary's telemetry);
+/// returns a description of what is wrong with directives it refuses.
+pub type LogControl = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// Addresses and paths fixed for the daemon's lifetime.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    /// Where the node listens for other nodes.
+    pub listen: SocketAddr,
+    /// The SOCKS5 entry, when on.
+    pub socks: Option<SocketAddr>,
+    /// The control socket.
+    pub control: PathBuf,
+    /// The Prometheus endpoint, when on.
+    pub prometheus: Option<SocketAddr>,
+    /// The data directory.
+    pub data_dir: PathBuf,
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadOutcome {
+    /// Changed keys (live ones applied, others waiting for a restart).
+    pub diff: ConfigDiff,
+    /// Relays in the directory afterwards.
+    pub relays: usize,
+}
+
+/// The running daemon, shared by its tasks.
+pub struct DaemonState {
+    /// The node.
+    pub node: NodeHandle,
+    /// Fixed addresses.
+    pub endpoints: Endpoints,
+    /// Application streams.
+    pub streams: StreamRegistry,
+    /// When the daemon started.
+    pub started: Instant,
+    config_path: Option<PathBuf>,
+    config: Mutex<DaemonConfig>,
+    directory: Mutex<Directory>,
+    log_level: Mutex<String>,
+    log_control: Option<LogControl>,
+    identity: Arc<IdentityKey>,
+    descriptor: Mutex<DescriptorBuilder>,
+    shutdown: watch::Sender<bool>,
+    socks: Mutex<Option<SocksCounters>>,
+}
+
+impl std::fmt::Debug for DaemonState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonState")
+            .field("node", &self.node.node_id())
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything [`DaemonState::new`] needs.
+pub struct StateParts {
+    /// The node.
+    pub node: NodeHandle,
+    /// Fixed addresses.
+    pub endpoints: Endpoints,
+    /// The file the configuration came from (`None`: embedded defaults).
+    pub config_path: Option<PathBuf>,
+    /// The configuration in force.
+    pub config: DaemonConfig,
+    /// The directory in use.
+    pub directory: Directory,
+    /// Log filter control, when the binary installed one.
+    pub log_control: Option<LogControl>,
+    /// The node's identity (signs republished descriptors).
+    pub identity: Arc<IdentityKey>,
+    /// The descriptor contents last published.
+    pub descriptor: DescriptorBuilder,
+}
+
+impl DaemonState {
+    /// Assemble the state of a started daemon.
+    pub fn new(parts: StateParts) -> Arc<Self> {
+        let (shutdown, _) = watch::channel(false);
+        Arc::new(DaemonState {
+            node: parts.node,
+            endpoints: parts.endpoints,
+            streams: StreamRegistry::default(),
+            started: Instant::now(),
+            config_path: parts.config_path,
+            log_level: Mutex::new(parts.config.log.level.clone()),
+            config: Mutex::new(parts.config),
+            directory: Mutex::new(parts.directory),
+            log_control: parts.log_control,
+            identity: parts.identity,
+            descriptor: Mutex::new(parts.descriptor),
+            shutdown,
+            socks: Mutex::new(None),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> DaemonConfig {
+        lock(&self.config).clone()
+    }
+
+    /// The file the configuration came from.
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config_path.as_deref()
+    }
+
+    /// The directory in use.
+    pub fn directory(&self) -> Directory {
+        lock(&self.directory).clone()
+    }
+
+    /// The log filter in force.
+    pub fn log_level(&self) -> String {
+        lock(&self.log_level).clone()
+    }
+
+    /// Change the log filter; returns the previous one.
+    pub fn set_log_level(&self, level: &str) -> Result<String, String> {
+        let Some(control) = &self.log_control else {
+            return Err("this daemon has no adjustable log filter".into());
+        };
+        control(level)?;
+        Ok(std::mem::replace(
+            &mut lock(&self.log_level),
+            level.to_owned(),
+        ))
+    }
+
+    /// Count the SOCKS entry's clients in the metrics.
+    pub fn set_socks_counters(&self, counters: SocksCounters) {
+        *lock(&self.socks) = Some(counters);
+    }
+
+    /// Every counter now: the node's, its streams', and the daemon's own.
+    pub async fn metrics_snapshot(&self) -> MetricsSnapshot {
+        let node = self.node.stats().await.unwrap_or_default();
+        let streams = self.node.stream_stats().await;
+        let mut snapshot = MetricsSnapshot::new(node, streams, self.started.elapsed());
+        let extra = &mut snapshot.extra;
+        extra.push(ExtraMetric::gauge(
+            "nyx_directory_relays",
+            "Relays in the directory in use.",
+            lock(&self.directory).len() as f64,
+        ));
+        extra.push(ExtraMetric::gauge(
+            "nyx_app_streams_open",
+            "Application streams (SOCKS and control API) open now.",
+            self.streams.open_count() as f64,
+        ));
+        extra.push(ExtraMetric::counter(
+            "nyx_app_streams_opened_total",
+            "Application streams opened since the daemon started.",
+            self.streams.opened_total(),
+        ));
+        if let Some(socks) = lock(&self.socks).as_ref().map(SocksCounters::snapshot) {
+            extra.push(ExtraMetric::counter(
+                "nyx_socks_connections_total",
+                "SOCKS5 connections accepted.",
+                socks.accepted,
+            ));
+            extra.push(ExtraMetric::counter(
+                "nyx_socks_succeeded_total",
+                "SOCKS5 requests that opened a stream.",
+                socks.succeeded,
+            ));
+            extra.push(ExtraMetric::counter(
+                "nyx_socks_failed_total",
+                "SOCKS5 requests answered with a failure.",
+                socks.failed_total(),
+            ));
+            extra.push(ExtraMetric::counter(
+                "nyx_socks_malformed_total",
+                "SOCKS5 clients that broke the protocol.",
+                socks.malformed,
+            ));
+            extra.push(ExtraMetric::counter(
+                "nyx_socks_handshake_timeouts_total",
+                "SOCKS5 clients that did not finish their handshake in time.",
+                socks.timeouts,
+            ));
+            extra.push(ExtraMetric::counter(
+                "nyx_socks_over_limit_total",
+                "SOCKS5 connections closed at once: too many open.",
+                socks.over_limit,
+            ));
+            extra.push(ExtraMetric::gauge(
+                "nyx_socks_active",
+                "SOCKS5 connections open now.",
+                socks.active as f64,
+            ));
+        }
+        snapshot
+    }
+
+    /// [`metrics_snapshot`](Self::metrics_snapshot) in the Prometheus text format.
+    pub async fn metrics_text(&self) -> String {
+        render_prometheus(&self.metrics_snapshot().await)
+    }
+
+    /// Ask the daemon to stop (as SIGTERM does).
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Resolves once a shutdown was requested.
+    pub async fn shutdown_requested(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+
+    /// The directory file of `config`, resolved against the data directory.
+    pub fn directory_path(&self, config: &DaemonConfig) -> PathBuf {
+        self.endpoints.data_dir.join(&config.directory.file)
+    }
+
+    /// Re-read the configuration file and the directory, and apply what can change live:
+    /// exit policy (republishing the descriptor), rate limits, log filter, directory.
+    /// Keys that need a restart are reported and keep their old values. A file that does
+    /// not parse or validate changes nothing.
+    pub async fn reload(&self) -> Result<ReloadOutcome, Error> {
+        let new = match &self.config_path {
+            Some(path) => DaemonConfig::load(path)?,
+            None => self.config(),
+        };
+        let old = self.config();
+        let diff = old.diff(&new);
+        // Everything that can fail is checked before anything changes.
+        let policy = new.exit_policy().map_err(|e| Error::OverlayConfig {
+            reason: e.to_string(),
+        })?;
+        let limits = new
+            .live_limits()
+            .map_err(|reason| Error::OverlayConfig { reason })?;
+        let directory = files::read_directory(&self.directory_path(&new), unix_now())?;
+        if new.log.level != old.log.level
+            && let Err(reason) = self.set_log_level(&new.log.level)
+        {
+            return Err(Error::ConfigInvalid {
+                path: self.config_path.clone().unwrap_or_default(),
+                problems: nyx_core::config::ConfigProblems::from_vec(vec![
+                    nyx_core::config::ConfigProblem {
+                        field: "log.level".into(),
+                        reason,
+                    },
+                ]),
+            });
+        }
+        nyx_core::redact::set_sensitive_logging(new.log.log_sensitive);
+        self.node.set_limits(limits).await?;
+        let relays = directory.len();
+        self.node.set_directory(directory.clone()).await?;
+        *lock(&self.directory) = directory;
+        let republish = diff.live.iter().any(|k| k.starts_with("relay."));
+        if republish {
+            self.node.set_exit_policy(policy.clone()).await?;
+            let mut builder = lock(&self.descriptor).clone();
+            let now = unix_now();
+            builder.exit_policy = policy;
+            builder.bandwidth = new.relay.bandwidth;
+            builder.published = now;
+            builder.valid_until = now + new.relay.descriptor_validity.as_secs();
+            self.publish(builder)?;
+        }
+        // Keys that need a restart keep their running values.
+        let mut applied = old;
+        applied.directory = new.directory;
+        applied.relay = new.relay;
+        applied.limits.link_cells = new.limits.link_cells;
+        applied.limits.circuit_cells = new.limits.circuit_cells;
+        applied.limits.circuit_creates = new.limits.circuit_creates;
+        applied.limits.max_circuits = new.limits.max_circuits;
+        applied.log.level = new.log.level;
+        applied.log.log_sensitive = new.log.log_sensitive;
+        *lock(&self.config) = applied;
+        tracing::info!(
+            applied = diff.live.len(),
+            need_restart = diff.restart.len(),
+            relays,
+            "configuration reloaded"
+        );
+        Ok(ReloadOutcome { diff, relays })
+    }
+
+    /// Sign `builder` and write it as the node's published descriptor.
+    pub fn publish(&self, builder: DescriptorBuilder) -> Result<(), Error> {
+        let descriptor = builder.clone().sign(&self.identity)?;
+        let directory = Directory::from_descriptors(vec![descriptor])?;
+        files::write_atomic(
+            &self.endpoints.data_dir.join(files::DESCRIPTOR_FILE),
+            &directory.to_text(),
+        )?;
+        *lock(&self.descriptor) = builder;
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}

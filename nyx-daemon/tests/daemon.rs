@@ -1,0 +1,361 @@
+//! The daemon as operators run it: the built `nyx-daemon` and `nyx` binaries as processes
+//! on loopback. Configuration errors, files and permissions, every control call through the
+//! generated client, health and reflection, the CLI, reload on SIGHUP, the Prometheus
+//! endpoint, and a graceful stop on SIGTERM.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use nyx_daemon::control::pb;
+use support::{DaemonProcess, nyx, temp_dir};
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn config_errors_are_refused_with_the_key_name() {
+    let dir = temp_dir("config-errors");
+    let cases = [
+        ("[limits]\nmax_circuts = 5\n", "max_circuts"),
+        ("nickname = 7\n", "nickname"),
+        ("transport = \"tcp\"\n", "transport"),
+        (
+            "[relay]\nexit_policy = [\"allow *:*\"]\n",
+            "relay.exit_policy",
+        ),
+        ("[socks]\nmax_connections = 0\n", "socks.max_connections"),
+        ("[log]\nlevel = \"loud\"\n", "log.level"),
+        ("listen = [\"not an address\"]\n", "listen"),
+    ];
+    for (text, key) in cases {
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"))
+            .arg("--config")
+            .arg(&path)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text:?}: {stderr}");
+        assert!(stderr.contains(key), "{text:?}: {key} not in {stderr}");
+        assert!(
+            !dir.join("data").exists(),
+            "nothing is created for a bad config"
+        );
+    }
+    // The example file is valid and --check-config prints the effective configuration.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("nyx.example.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"))
+        .arg("--config")
+        .arg(&example)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("nickname = \"my-relay\""), "{shown}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn embedded_defaults_create_private_state_and_stop_cleanly() {
+    let dir = temp_dir("defaults");
+    // No config file: the data dir comes from XDG_STATE_HOME, SOCKS from its default port
+    // (a free port is used instead when 9050 is busy on this machine: the test then
+    // checks the default through --check-config only).
+    let socks_free = std::net::TcpListener::bind("127.0.0.1:9050").is_ok();
+    let shown = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"))
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(shown.contains("listen = \"127.0.0.1:9050\""), "{shown}");
+    assert!(shown.contains("transport = \"quic\""), "{shown}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    cmd.env("XDG_STATE_HOME", &dir);
+    if !socks_free {
+        let cfg = dir.join("socks.toml");
+        std::fs::write(&cfg, "[socks]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+        cmd.arg("--config").arg(cfg);
+    }
+    let daemon = DaemonProcess::spawn(cmd);
+    let data = dir.join("nyx");
+    assert_eq!(daemon.ready.data_dir, data.display().to_string());
+    assert!(daemon.ready.new_keys);
+    assert!(daemon.ready.listen.starts_with("127.0.0.1:"));
+    if socks_free {
+        assert_eq!(daemon.ready.socks, "127.0.0.1:9050");
+    }
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("keys")), 0o700);
+    assert_eq!(mode(&data.join("keys/identity.key")), 0o600);
+    assert_eq!(mode(&data.join("keys/link.key")), 0o600);
+    let socket = data.join("control.sock");
+    assert_eq!(mode(&socket), 0o600);
+    assert!(data.join("descriptor.txt").exists());
+    let node_id = daemon.ready.node_id.clone();
+    let status = daemon.stop_with("-TERM");
+    assert_eq!(status, Some(0));
+    assert!(!socket.exists(), "the control socket is removed");
+    // A second start reuses the keys: same node id.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    cmd.env("XDG_STATE_HOME", &dir);
+    let cfg = dir.join("socks0.toml");
+    std::fs::write(&cfg, "[socks]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    cmd.arg("--config").arg(cfg);
+    let again = DaemonProcess::spawn(cmd);
+    assert_eq!(again.ready.node_id, node_id);
+    assert!(!again.ready.new_keys);
+    assert_eq!(again.stop_with("-INT"), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_api_cli_reload_and_metrics() {
+    let dir = temp_dir("control");
+    let config = dir.join("nyx.toml");
+    let write_config = |policy: &str, level: &str, socks: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "data_dir = \"{}\"\nnickname = \"ctl\"\n[socks]\nlisten = \"{socks}\"\n\
+                 [relay]\nexit_policy = [\"{policy}\"]\n[log]\nlevel = \"{level}\"\n\
+                 [telemetry]\nprometheus_listen = \"127.0.0.1:0\"\n",
+                dir.join("data").display()
+            ),
+        )
+        .unwrap();
+    };
+    write_config("reject *:*", "info", "127.0.0.1:0");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    cmd.arg("--config").arg(&config);
+    let daemon = DaemonProcess::spawn(cmd);
+    let socket = Path::new(&daemon.ready.control).to_owned();
+    let mut c = nyx_daemon::control::connect(&socket).await.unwrap();
+
+    // Info.
+    let info = c
+        .get_info(pb::GetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.node_id, daemon.ready.node_id);
+    assert_eq!(info.nickname, "ctl");
+    assert_eq!(info.transport, "quic");
+    assert_eq!(info.socks_addr, daemon.ready.socks);
+    assert_eq!(info.relays, 0);
+    assert!(!info.ready);
+    assert_eq!(info.exit_policy, "reject *:*");
+    // Lists are empty on a node alone.
+    let peers = c.list_peers(pb::ListPeersRequest {}).await.unwrap();
+    assert!(peers.into_inner().peers.is_empty());
+    let circuits = c.list_circuits(pb::ListCircuitsRequest {}).await.unwrap();
+    assert!(circuits.into_inner().circuits.is_empty());
+    let streams = c.list_streams(pb::ListStreamsRequest {}).await.unwrap();
+    assert!(streams.into_inner().streams.is_empty());
+    let stats = c
+        .get_stream_stats(pb::GetStreamStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.packets_sent, 0);
+    // Errors become statuses with useful messages.
+    let err = c
+        .build_circuit(pb::BuildCircuitRequest {
+            target: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("directory"), "{err:?}");
+    let err = c
+        .build_circuit(pb::BuildCircuitRequest {
+            target: "no port".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let err = c
+        .close_circuit(pb::CloseCircuitRequest { id: 77 })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let err = c
+        .close_stream(pb::CloseStreamRequest { id: 5 })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let open = pb::StreamRequest {
+        msg: Some(pb::stream_request::Msg::Data(b"no open first".to_vec())),
+    };
+    let err = c
+        .open_stream(tokio_stream::iter(vec![open]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let err = c
+        .set_log_level(pb::SetLogLevelRequest {
+            level: "very=loud=x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let r = c
+        .set_log_level(pb::SetLogLevelRequest {
+            level: "debug".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.previous, "info");
+    // Config.
+    let shown = c
+        .get_config(pb::GetConfigRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(shown.path, config.display().to_string());
+    assert!(shown.toml.contains("level = \"debug\""), "{}", shown.toml);
+    // Metrics: over the control API and the Prometheus endpoint.
+    let m = c
+        .get_metrics(pb::GetMetricsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        m.prometheus_text.contains("# TYPE"),
+        "{}",
+        m.prometheus_text
+    );
+    assert!(
+        m.values.keys().any(|k| k.starts_with("nyx_")),
+        "{:?}",
+        m.values
+    );
+    let body = support::http_get(&daemon.ready.prometheus, "/metrics").await;
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(body.contains("text/plain; version=0.0.4"), "{body}");
+    assert!(body.contains("nyx_"), "{body}");
+
+    // Events: a reload that changes the directory file reports it.
+    let mut events = c
+        .subscribe_events(pb::SubscribeEventsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    // Reload through SIGHUP: exit policy and log level are live, the SOCKS address is not.
+    write_config("accept 127.0.0.0/8:*", "warn", "127.0.0.1:1");
+    daemon.signal("-HUP");
+    let event = tokio::time::timeout(Duration::from_secs(10), events.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.kind(), pb::EventKind::DirectoryChanged);
+    let info = c
+        .get_info(pb::GetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        info.exit_policy.starts_with("accept 127.0.0.0/8:"),
+        "{}",
+        info.exit_policy
+    );
+    assert_eq!(info.socks_addr, daemon.ready.socks, "restart-only key kept");
+    let descriptor =
+        std::fs::read_to_string(Path::new(&daemon.ready.data_dir).join("descriptor.txt")).unwrap();
+    let (published, _) =
+        nyx_daemon::directory::Directory::parse(&descriptor, nyx_daemon::node::unix_now()).unwrap();
+    let d = published.iter().next().unwrap();
+    assert!(
+        d.exit_policy().allows(&"127.0.0.1:80".parse().unwrap()),
+        "the descriptor is republished with the new policy"
+    );
+    // Reload through the API reports what needs a restart.
+    write_config("accept 127.0.0.0/8:*", "warn", "127.0.0.1:2");
+    let r = c
+        .reload_config(pb::ReloadConfigRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.applied.is_empty(), "{r:?}");
+    assert_eq!(r.restart_required, ["socks"]);
+    // A broken file changes nothing and says why.
+    std::fs::write(&config, "[limits]\nmax_circuts = 1\n").unwrap();
+    let err = c
+        .reload_config(pb::ReloadConfigRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("max_circuts"), "{err:?}");
+    write_config("accept 127.0.0.0/8:*", "warn", "127.0.0.1:2");
+
+    // Health and reflection.
+    let channel = support::channel(&socket).await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let h = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "nyx.control.v1.Control".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        h.status(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+    let services = support::reflection_services_v1(channel.clone()).await;
+    for s in [
+        "nyx.control.v1.Control",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
+        assert!(services.contains(&s.to_owned()), "{s} not in {services:?}");
+    }
+    let services = support::reflection_services_v1alpha(channel).await;
+    assert!(services.contains(&"nyx.control.v1.Control".to_owned()));
+
+    // The CLI against the live daemon.
+    let out = nyx(&socket, &["status"]);
+    assert!(
+        out.contains(&daemon.ready.node_id) && out.contains("ctl"),
+        "{out}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&nyx(&socket, &["--json", "status"])).unwrap();
+    assert_eq!(json["node_id"], daemon.ready.node_id.as_str());
+    assert_eq!(nyx(&socket, &["peers"]).trim(), "no peers");
+    assert_eq!(nyx(&socket, &["circuits"]).trim(), "no circuits");
+    assert!(nyx(&socket, &["streams"]).contains("no streams"));
+    assert!(nyx(&socket, &["metrics"]).contains("# TYPE"));
+    assert!(nyx(&socket, &["config", "show"]).contains("nickname = \"ctl\""));
+    // The file asks for another SOCKS address than the one running: still reported.
+    assert!(
+        nyx(&socket, &["config", "reload"]).contains("need a restart (old values kept): socks")
+    );
+    assert!(nyx(&socket, &["log-level", "info"]).contains("was warn"));
+    // Shutdown through the CLI: exit 0, no socket left.
+    assert!(nyx(&socket, &["shutdown"]).contains("stopping"));
+    assert_eq!(daemon.wait(), Some(0));
+    assert!(!socket.exists());
+    // A stopped daemon gets a clear message and exit code 3.
+    let out = Command::new(env!("CARGO_BIN_EXE_nyx"))
+        .arg("--control")
+        .arg(&socket)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is nyx-daemon running"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

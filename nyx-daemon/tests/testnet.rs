@@ -1,0 +1,360 @@
+//! `nyx testnet` as a newcomer runs it: five daemon processes on loopback, then curl
+//! through the SOCKS5 entry, streams and circuits through the control API and the CLI,
+//! events, and a clean stop on SIGINT.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nyx_daemon::control::pb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What `nyx testnet --json` prints once the network is up.
+#[derive(Debug, serde::Deserialize)]
+struct Summary {
+    nodes: usize,
+    socks: String,
+    control: String,
+    http: String,
+    dir: String,
+}
+
+/// A local web server: `/file` is `body`.
+async fn web_server(body: Vec<u8>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let header = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(header.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+fn body_of(response: &[u8]) -> &[u8] {
+    let at = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP header");
+    &response[at + 4..]
+}
+
+fn curl(socks: &str, url: &str, extra: &[&str]) -> Vec<u8> {
+    let out = Command::new("curl")
+        .args(["--silent", "--show-error", "--max-time", "60"])
+        .arg("--socks5-hostname")
+        .arg(socks)
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("curl must be installed (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "curl {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
+    let mut testnet = Command::new(env!("CARGO_BIN_EXE_nyx"))
+        .args([
+            "--json",
+            "testnet",
+            "--nodes",
+            "5",
+            "--socks-port",
+            "0",
+            "--http-port",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = testnet.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = tx.send(line);
+        }
+        for _ in lines {}
+    });
+    let line = match rx.recv_timeout(Duration::from_secs(180)) {
+        Ok(line) => line,
+        Err(_) => {
+            let _ = testnet.kill();
+            panic!("the testnet did not come up");
+        }
+    };
+    let s: Summary = serde_json::from_str(&line).unwrap();
+    assert_eq!(s.nodes, 5);
+    let control = PathBuf::from(&s.control);
+
+    // curl through SOCKS5, byte-exact, with and without credentials; the demo page.
+    let file = random_bytes(3 << 20, 7);
+    let web = web_server(file.clone()).await;
+    let url = format!("http://{web}/file");
+    let (socks, url2) = (s.socks.clone(), url.clone());
+    let got = tokio::task::spawn_blocking(move || curl(&socks, &url2, &[]))
+        .await
+        .unwrap();
+    assert!(got == file, "curl got {} bytes, not the file", got.len());
+    let (socks, url2) = (s.socks.clone(), url.clone());
+    let got = tokio::task::spawn_blocking(move || curl(&socks, &url2, &["--proxy-user", "u:p"]))
+        .await
+        .unwrap();
+    assert!(got == file);
+    let (socks, demo) = (s.socks.clone(), format!("http://{}/", s.http));
+    let page = tokio::task::spawn_blocking(move || curl(&socks, &demo, &[]))
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&page).contains("Hello from the NyxNet testnet"));
+
+    let mut c = nyx_daemon::control::connect(&control).await.unwrap();
+    let info = c
+        .get_info(pb::GetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.relays, 5);
+    assert!(info.ready);
+    let peers = c
+        .list_peers(pb::ListPeersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!peers.peers.is_empty() && peers.peers.iter().all(|p| p.relay));
+
+    // Circuits and their events.
+    let mut events = c
+        .subscribe_events(pb::SubscribeEventsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let built = c
+        .build_circuit(pb::BuildCircuitRequest {
+            target: web.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(built.hops.len(), 3);
+    let event = next_event(&mut events, pb::EventKind::CircuitBuilt).await;
+    assert_eq!(event.circuit_id, built.id);
+    assert_eq!(event.hops, built.hops);
+    let listed = c
+        .list_circuits(pb::ListCircuitsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.circuits.iter().any(|x| x.id == built.id));
+    c.close_circuit(pb::CloseCircuitRequest { id: built.id })
+        .await
+        .unwrap();
+    let event = next_event(&mut events, pb::EventKind::CircuitClosed).await;
+    assert_eq!(event.circuit_id, built.id);
+    assert_eq!(event.reason, "Requested");
+    let listed = c
+        .list_circuits(pb::ListCircuitsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.circuits.iter().all(|x| x.id != built.id));
+
+    // A stream through the control API: the request, a half-close, the whole answer.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pb::StreamRequest {
+        msg: Some(pb::stream_request::Msg::Open(pb::OpenTarget {
+            target: web.clone(),
+            isolation: "api".into(),
+        })),
+    })
+    .await
+    .unwrap();
+    tx.send(pb::StreamRequest {
+        msg: Some(pb::stream_request::Msg::Data(
+            b"GET /file HTTP/1.0\r\n\r\n".to_vec(),
+        )),
+    })
+    .await
+    .unwrap();
+    drop(tx);
+    let mut answer = c
+        .open_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = answer.message().await.unwrap().unwrap();
+    let Some(pb::stream_response::Msg::Opened(opened)) = first.msg else {
+        panic!("first answer is not `opened`: {first:?}");
+    };
+    assert_eq!(opened.hops.len(), 3);
+    let mut response = Vec::new();
+    while let Some(msg) = answer.message().await.unwrap() {
+        if let Some(pb::stream_response::Msg::Data(d)) = msg.msg {
+            response.extend_from_slice(&d);
+        }
+    }
+    assert!(body_of(&response) == file.as_slice());
+    let err = c
+        .open_stream(tokio_stream::iter(vec![pb::StreamRequest {
+            msg: Some(pb::stream_request::Msg::Open(pb::OpenTarget {
+                target: "10.9.8.7:80".into(),
+                isolation: String::new(),
+            })),
+        }]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+
+    // A SOCKS stream is listed while it is open and closed from the API.
+    let mut held = socks_connect(&s.socks, &web).await;
+    let streams = c
+        .list_streams(pb::ListStreamsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let listed = streams
+        .streams
+        .iter()
+        .find(|x| x.source == "socks" && x.target == web)
+        .expect("the SOCKS stream is listed");
+    assert_eq!(listed.hops.len(), 3);
+    c.close_stream(pb::CloseStreamRequest { id: listed.id })
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), held.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the SOCKS connection is closed");
+    let stats = c
+        .get_stream_stats(pb::GetStreamStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        stats.packets_sent > 0 && stats.fec_overhead >= 1.0,
+        "{stats:?}"
+    );
+
+    // The CLI: status, circuits, and `nyx connect` piping stdin and stdout.
+    let status = support::nyx(&control, &["status"]);
+    assert!(status.contains("5 relays"), "{status}");
+    let out = nyx_connect(&control, &web, b"GET /file HTTP/1.0\r\n\r\n");
+    assert!(
+        body_of(&out) == file.as_slice(),
+        "nyx connect: {} bytes",
+        out.len()
+    );
+
+    // Ctrl-C stops every daemon and removes the temporary directory.
+    let ok = Command::new("kill")
+        .arg("-INT")
+        .arg(testnet.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let mut status = None;
+    for _ in 0..300 {
+        if let Some(st) = testnet.try_wait().unwrap() {
+            status = Some(st);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let Some(status) = status else {
+        let _ = testnet.kill();
+        panic!("the testnet did not stop within 30 s");
+    };
+    assert!(status.success(), "{status}");
+    assert!(!Path::new(&s.dir).exists(), "{} is left", s.dir);
+    assert!(!control.exists());
+}
+
+async fn next_event(events: &mut tonic::Streaming<pb::Event>, kind: pb::EventKind) -> pb::Event {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(30), events.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if e.kind() == kind {
+            return e;
+        }
+    }
+}
+
+/// A SOCKS5 CONNECT (no authentication) left open.
+async fn socks_connect(proxy: &str, target: &str) -> tokio::net::TcpStream {
+    let mut conn = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    conn.write_all(&[5, 1, 0]).await.unwrap();
+    let mut reply = [0u8; 2];
+    conn.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply, [5, 0]);
+    let addr: std::net::SocketAddrV4 = target.parse().unwrap();
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&addr.ip().octets());
+    req.extend_from_slice(&addr.port().to_be_bytes());
+    conn.write_all(&req).await.unwrap();
+    let mut reply = [0u8; 10];
+    conn.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[1], 0, "SOCKS reply {reply:?}");
+    conn
+}
+
+fn nyx_connect(control: &Path, target: &str, input: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nyx"))
+        .arg("--control")
+        .arg(control)
+        .arg("connect")
+        .arg(target)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nyx connect: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
