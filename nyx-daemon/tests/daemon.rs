@@ -235,11 +235,14 @@ async fn control_api_cli_reload_and_metrics() {
         "{}",
         m.prometheus_text
     );
-    assert!(
-        m.values.keys().any(|k| k.starts_with("nyx_")),
-        "{:?}",
-        m.values
-    );
+    for key in [
+        "nyx_cells_relayed_total{direction=\"forward\"}",
+        "nyx_queue_depth{queue=\"inbound\"}",
+        "nyx_socks_connections_total",
+        "nyx_directory_relays",
+    ] {
+        assert!(m.values.contains_key(key), "{key} not in {:?}", m.values);
+    }
     let body = support::http_get(&daemon.ready.prometheus, "/metrics").await;
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("text/plain; version=0.0.4"), "{body}");
@@ -357,5 +360,56 @@ async fn control_api_cli_reload_and_metrics() {
     assert_eq!(out.status.code(), Some(3));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("is nyx-daemon running"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Connections from another user are refused by their peer credentials, even when the file
+/// modes would let them in. Needs root to run a client as another uid (CI runs as root);
+/// otherwise the check itself is covered by the unit test `peer_of_another_uid_is_refused`.
+#[test]
+fn control_socket_refuses_other_users() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("not root: cannot run a client as another uid; unit test covers the check");
+        return;
+    }
+    let dir = temp_dir("peercred");
+    let socket = dir.join("ctl/control.sock");
+    let config = dir.join("nyx.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\n[control]\nsocket = \"{}\"\n[socks]\nenabled = false\n",
+            dir.join("data").display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    cmd.arg("--config").arg(&config);
+    let daemon = DaemonProcess::spawn(cmd);
+    // Open the way to the socket for everyone: only the credential check remains.
+    for (p, m) in [(&dir, 0o755), (&dir.join("ctl"), 0o755), (&socket, 0o777)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    let nobody = Command::new(env!("CARGO_BIN_EXE_nyx"))
+        .arg("--control")
+        .arg(&socket)
+        .arg("status")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&nobody.stdout);
+    let stderr = String::from_utf8_lossy(&nobody.stderr);
+    assert!(!nobody.status.success(), "another uid was served: {stdout}");
+    // The socket was reachable (modes open): the daemon hung up after the connect.
+    assert!(!stderr.contains("ermission denied"), "{stderr}");
+    eprintln!("refused client saw: {stderr}");
+    assert!(!stdout.contains(&daemon.ready.node_id));
+    // The owner is still served.
+    assert!(nyx(&socket, &["status"]).contains(&daemon.ready.node_id));
+    assert_eq!(daemon.stop_with("-TERM"), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }

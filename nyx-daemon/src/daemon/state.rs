@@ -160,7 +160,22 @@ impl DaemonState {
         let node = self.node.stats().await.unwrap_or_default();
         let streams = self.node.stream_stats().await;
         let mut snapshot = MetricsSnapshot::new(node, streams, self.started.elapsed());
+        let queues = [
+            ("inbound", snapshot.node.inbound_queue),
+            ("commands", snapshot.node.command_queue),
+            ("udp_send", snapshot.node.udp_send_queue),
+        ];
         let extra = &mut snapshot.extra;
+        for (queue, depth) in queues {
+            extra.push(
+                ExtraMetric::gauge(
+                    "nyx_queue_depth",
+                    "Messages waiting in the node's internal queues now.",
+                    depth as f64,
+                )
+                .with_label("queue", queue),
+            );
+        }
         extra.push(ExtraMetric::gauge(
             "nyx_directory_relays",
             "Relays in the directory in use.",

@@ -384,6 +384,9 @@ impl Driver {
                     own_circuits: self.overlay.own_circuits(),
                     send_failures: self.send_failures,
                     owner_drops: self.owner_drops,
+                    inbound_queue: depth(&self.inbound_tx),
+                    command_queue: depth(&self.commands_tx),
+                    udp_send_queue: self.udp.as_ref().map_or(0, depth),
                 });
             }
             Command::CircuitIds(reply) => {
@@ -712,6 +715,11 @@ impl Driver {
         }
         let _ = done.send(());
     }
+}
+
+/// Messages waiting in a channel now.
+fn depth<T>(tx: &mpsc::Sender<T>) -> usize {
+    tx.max_capacity() - tx.capacity()
 }
 
 async fn recv_udp(rx: &mut Option<mpsc::Receiver<UdpEvent>>) -> Option<UdpEvent> {

@@ -343,6 +343,12 @@ pub struct NodeStats {
     pub send_failures: u64,
     /// Payloads for a circuit's owner dropped because it did not read them.
     pub owner_drops: u64,
+    /// Cells and control messages received and waiting for the driver now.
+    pub inbound_queue: usize,
+    /// Commands (sends, builds, closes) waiting for the driver now.
+    pub command_queue: usize,
+    /// Datagrams waiting for the UDP transport's socket task now (0 over QUIC).
+    pub udp_send_queue: usize,
 }
 
 #[derive(Debug)]
