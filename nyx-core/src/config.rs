@@ -253,7 +253,8 @@ pub enum LogFormat {
 )]
 pub struct TelemetryConfig {
     /// OpenTelemetry collector to send traces and metrics to over OTLP/gRPC, e.g.
-    /// `http://127.0.0.1:4317`. Default: unset (no export).
+    /// `http://127.0.0.1:4317` (plain http: no TLS in this version). Default: unset (no
+    /// export).
     pub otlp_endpoint: Option<String>,
     /// Address to serve Prometheus metrics on. Default: unset (metrics only over the control
     /// socket).
@@ -378,13 +379,22 @@ impl NodeConfig {
         }
         let t = &self.telemetry;
         if let Some(endpoint) = &t.otlp_endpoint {
-            let host = endpoint
-                .strip_prefix("http://")
-                .or_else(|| endpoint.strip_prefix("https://"));
-            if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
+            if endpoint.starts_with("https://") {
+                // The exporter is built without TLS: say so now rather than at start.
                 p.add(
                     "telemetry.otlp_endpoint",
-                    format!("{endpoint:?} is not an http:// or https:// URL with a host"),
+                    format!(
+                        "{endpoint:?}: https is not supported; use a local collector over \
+                         http:// (e.g. http://127.0.0.1:4317)"
+                    ),
+                );
+            } else if endpoint
+                .strip_prefix("http://")
+                .is_none_or(|h| h.is_empty() || h.starts_with('/'))
+            {
+                p.add(
+                    "telemetry.otlp_endpoint",
+                    format!("{endpoint:?} is not an http:// URL with a host"),
                 );
             }
         }

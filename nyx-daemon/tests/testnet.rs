@@ -272,9 +272,49 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
         "{stats:?}"
     );
 
-    // The CLI: status, circuits, and `nyx connect` piping stdin and stdout.
+    // The CLI: status, events, circuit build and close, and `nyx connect` piping stdin
+    // and stdout.
     let status = support::nyx(&control, &["status"]);
     assert!(status.contains("5 relays"), "{status}");
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_nyx"))
+        .arg("--control")
+        .arg(&control)
+        .args(["--json", "events"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let follow_out = follow.stdout.take().unwrap();
+    let (ev_tx, ev_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(follow_out).lines().map_while(Result::ok) {
+            let _ = ev_tx.send(line);
+        }
+    });
+    // The subscription is in place once the command has connected: wait for it by
+    // building until an event arrives (each build emits CIRCUIT_BUILT).
+    let mut built_ids = Vec::new();
+    let event = loop {
+        let out = support::nyx(&control, &["circuit", "build"]);
+        let id: u64 = out
+            .strip_prefix("circuit ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("nyx circuit build printed {out:?}"));
+        built_ids.push(id);
+        if let Ok(line) = ev_rx.recv_timeout(Duration::from_secs(5)) {
+            break line;
+        }
+        assert!(built_ids.len() < 5, "nyx events printed nothing");
+    };
+    let event: serde_json::Value = serde_json::from_str(&event).unwrap();
+    assert_eq!(event["kind"], "circuit_built", "{event}");
+    assert!(built_ids.contains(&event["circuit_id"].as_u64().unwrap()));
+    for id in &built_ids {
+        let out = support::nyx(&control, &["circuit", "close", &id.to_string()]);
+        assert!(out.contains("closed"), "{out}");
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
     let out = nyx_connect(&control, &web, b"GET /file HTTP/1.0\r\n\r\n");
     assert!(
         body_of(&out) == file.as_slice(),

@@ -536,6 +536,43 @@ fn create_flood_is_rate_limited_per_peer() {
 }
 
 #[test]
+fn limits_change_while_running() {
+    let mut net = Net::with_config(4, test_config());
+    let before = net.nodes[1].overlay.limits();
+    let tight = crate::overlay::LiveLimits {
+        circuit_creates: nyx_core::rate::Quota::from_rate(1.0, 2).unwrap(),
+        max_relay_circuits: 100,
+        ..before
+    };
+    net.nodes[1].overlay.set_limits(&tight).unwrap();
+    assert_eq!(net.nodes[1].overlay.limits(), tight);
+    for _ in 0..6 {
+        net.build(0, &[1]);
+    }
+    let built = net
+        .events(0)
+        .iter()
+        .filter(|e| matches!(e, Event::Built { .. }))
+        .count();
+    assert_eq!(built, 2, "the new burst of 2 CREATEs holds");
+    assert_eq!(net.nodes[1].overlay.stats().creates_rate_limited, 4);
+    // The relayed-circuit cap applies to new CREATEs at once.
+    let capped = crate::overlay::LiveLimits {
+        max_relay_circuits: 2,
+        ..before
+    };
+    net.nodes[1].overlay.set_limits(&capped).unwrap();
+    net.build(2, &[1]);
+    assert!(matches!(
+        net.events(2).as_slice(),
+        [Event::Failed {
+            reason: DestroyReason::ResourceLimit,
+            ..
+        }]
+    ));
+}
+
+#[test]
 fn bad_paths_are_refused() {
     let mut net = Net::new(3);
     let me = net.nodes[0].spec.clone();

@@ -161,3 +161,15 @@ fn diff_separates_live_and_restart_keys() {
     assert_eq!(d.restart, ["transport", "socks"]);
     assert_eq!(old.diff(&old), ConfigDiff::default());
 }
+
+#[test]
+fn otlp_over_https_is_refused_at_start() {
+    let err = parse_str("[telemetry]\notlp_endpoint = \"https://collector:4317\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("telemetry.otlp_endpoint") && err.contains("https is not supported"),
+        "{err}"
+    );
+    assert!(parse_str("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4317\"\n").is_ok());
+}
