@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::config::DaemonConfig;
 use super::files;
@@ -53,6 +53,32 @@ pub struct Daemon {
     ready: Ready,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     socks: Option<crate::socks::SocksServer>,
+    signals: Signals,
+}
+
+/// The signals a daemon handles, registered at start: from then on SIGINT and SIGTERM
+/// no longer kill the process outright (even before [`Daemon::wait`] runs).
+#[derive(Debug)]
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    fn install(control: &std::path::Path) -> Result<Self, Error> {
+        let install = |kind| {
+            signal(kind).map_err(|e| Error::Control {
+                path: control.to_owned(),
+                reason: format!("cannot install signal handlers: {e}"),
+            })
+        };
+        Ok(Signals {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+            hangup: install(SignalKind::hangup())?,
+        })
+    }
 }
 
 impl Daemon {
@@ -89,6 +115,7 @@ impl Daemon {
             .unwrap_or_else(|| data_dir.join(files::CONTROL_SOCKET));
         // Bind every local listener before starting anything, so a port in use fails the
         // start cleanly.
+        let signals = Signals::install(&control_path)?;
         let control_listener = ControlListener::bind(&control_path)?;
         let socks_listener = match config.socks.enabled {
             true => Some(bind_tcp("SOCKS5", config.socks.listen).await?),
@@ -184,6 +211,7 @@ impl Daemon {
             ready,
             tasks,
             socks,
+            signals,
         })
     }
 
@@ -199,19 +227,12 @@ impl Daemon {
 
     /// Run until SIGINT, SIGTERM or a Shutdown call; SIGHUP reloads the configuration.
     /// Then stop gracefully: stop accepting, tear circuits down, remove the control socket.
-    pub async fn wait(self) -> Result<(), Error> {
-        let signal_error = |e: std::io::Error| Error::Control {
-            path: self.state.endpoints.control.clone(),
-            reason: format!("cannot install signal handlers: {e}"),
-        };
-        let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
-        let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
-        let mut sighup = signal(SignalKind::hangup()).map_err(signal_error)?;
+    pub async fn wait(mut self) -> Result<(), Error> {
         loop {
             tokio::select! {
-                _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break }
-                _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break }
-                _ = sighup.recv() => match self.state.reload().await {
+                _ = self.signals.interrupt.recv() => { tracing::info!("SIGINT: stopping"); break }
+                _ = self.signals.terminate.recv() => { tracing::info!("SIGTERM: stopping"); break }
+                _ = self.signals.hangup.recv() => match self.state.reload().await {
                     Ok(outcome) => {
                         if !outcome.diff.restart.is_empty() {
                             tracing::warn!(

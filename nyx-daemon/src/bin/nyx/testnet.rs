@@ -123,6 +123,14 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
             return Err(e);
         }
     };
+    // Handle Ctrl-C from here on (before anyone is told the network is up).
+    let stop = match StopSignals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            stop_all(&mut members).await;
+            return Err(Failure::Call(format!("cannot handle signals: {e}")));
+        }
+    };
     let first = &members[0].ready;
     if json {
         let summary = Summary {
@@ -140,7 +148,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
     } else {
         print_banner(&members, &circuit, http, &dir);
     }
-    wait_for_stop().await;
+    stop.wait().await;
     eprintln!("nyx testnet: stopping");
     stop_all(&mut members).await;
     if temporary {
@@ -325,18 +333,26 @@ fn print_banner(members: &[Member], circuit: &pb::Circuit, http: SocketAddr, dir
     println!("Ctrl-C stops the testnet.");
 }
 
-async fn wait_for_stop() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+/// SIGINT and SIGTERM, registered so that they no longer kill the process.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
     }
 }
 
