@@ -287,8 +287,6 @@ impl DaemonState {
         nyx_core::redact::set_sensitive_logging(new.log.log_sensitive);
         self.node.set_limits(limits).await?;
         let relays = directory.len();
-        self.node.set_directory(directory.clone()).await?;
-        *lock(&self.directory) = directory;
         let republish = diff.live.iter().any(|k| k.starts_with("relay."));
         if republish {
             self.node.set_exit_policy(policy.clone()).await?;
@@ -311,6 +309,10 @@ impl DaemonState {
         applied.log.level = new.log.level;
         applied.log.log_sensitive = new.log.log_sensitive;
         *lock(&self.config) = applied;
+        // Last, so that its DirectoryChanged event tells subscribers the whole reload is
+        // in force.
+        *lock(&self.directory) = directory.clone();
+        self.node.set_directory(directory).await?;
         tracing::info!(
             applied = diff.live.len(),
             need_restart = diff.restart.len(),
