@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -76,47 +78,9 @@ async fn fixture(net: u8, config: SocksConfig) -> Fixture {
     Fixture {
         _testnet: testnet,
         client,
-        http: http_server().await,
+        http: support::http_file_server(file()).await,
         socks,
     }
-}
-
-/// An HTTP server on 127.0.0.1 serving [`file`] at `/file` (404 elsewhere), closing after
-/// each response.
-async fn http_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let body = file();
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let response = if head.starts_with(b"GET /file ") {
-                    let mut r = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    )
-                    .into_bytes();
-                    r.extend_from_slice(&body);
-                    r
-                } else {
-                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                        .to_vec()
-                };
-                let _ = conn.write_all(&response).await;
-                let _ = conn.shutdown().await;
-            });
-        }
-    });
-    addr
 }
 
 /// A request for `dst` (CONNECT unless `cmd` says otherwise).

@@ -23,35 +23,6 @@ struct Summary {
     dir: String,
 }
 
-/// A local web server: `/file` is `body`.
-async fn web_server(body: Vec<u8>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let header = format!(
-                    "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = conn.write_all(header.as_bytes()).await;
-                let _ = conn.write_all(&body).await;
-                let _ = conn.shutdown().await;
-            });
-        }
-    });
-    addr
-}
-
 fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..n)
@@ -128,7 +99,7 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
 
     // curl through SOCKS5, byte-exact, with and without credentials; the demo page.
     let file = random_bytes(3 << 20, 7);
-    let web = web_server(file.clone()).await;
+    let web = support::http_file_server(file.clone()).await.to_string();
     let url = format!("http://{web}/file");
     let (socks, url2) = (s.socks.clone(), url.clone());
     let got = tokio::task::spawn_blocking(move || curl(&socks, &url2, &[]))

@@ -192,36 +192,41 @@ impl DaemonState {
             self.streams.opened_total(),
         ));
         if let Some(socks) = lock(&self.socks).as_ref().map(SocksCounters::snapshot) {
-            extra.push(ExtraMetric::counter(
-                "nyx_socks_connections_total",
-                "SOCKS5 connections accepted.",
-                socks.accepted,
-            ));
-            extra.push(ExtraMetric::counter(
-                "nyx_socks_succeeded_total",
-                "SOCKS5 requests that opened a stream.",
-                socks.succeeded,
-            ));
-            extra.push(ExtraMetric::counter(
-                "nyx_socks_failed_total",
-                "SOCKS5 requests answered with a failure.",
-                socks.failed_total(),
-            ));
-            extra.push(ExtraMetric::counter(
-                "nyx_socks_malformed_total",
-                "SOCKS5 clients that broke the protocol.",
-                socks.malformed,
-            ));
-            extra.push(ExtraMetric::counter(
-                "nyx_socks_handshake_timeouts_total",
-                "SOCKS5 clients that did not finish their handshake in time.",
-                socks.timeouts,
-            ));
-            extra.push(ExtraMetric::counter(
-                "nyx_socks_over_limit_total",
-                "SOCKS5 connections closed at once: too many open.",
-                socks.over_limit,
-            ));
+            let counters = [
+                (
+                    "nyx_socks_connections_total",
+                    "SOCKS5 connections accepted.",
+                    socks.accepted,
+                ),
+                (
+                    "nyx_socks_succeeded_total",
+                    "SOCKS5 requests that opened a stream.",
+                    socks.succeeded,
+                ),
+                (
+                    "nyx_socks_failed_total",
+                    "SOCKS5 requests answered with a failure.",
+                    socks.failed_total(),
+                ),
+                (
+                    "nyx_socks_malformed_total",
+                    "SOCKS5 clients that broke the protocol.",
+                    socks.malformed,
+                ),
+                (
+                    "nyx_socks_handshake_timeouts_total",
+                    "SOCKS5 clients that did not finish their handshake in time.",
+                    socks.timeouts,
+                ),
+                (
+                    "nyx_socks_over_limit_total",
+                    "SOCKS5 connections closed at once: too many open.",
+                    socks.over_limit,
+                ),
+            ];
+            for (name, help, value) in counters {
+                extra.push(ExtraMetric::counter(name, help, value));
+            }
             extra.push(ExtraMetric::gauge(
                 "nyx_socks_active",
                 "SOCKS5 connections open now.",
