@@ -27,6 +27,10 @@ pub enum Error {
         /// The payload length.
         len: usize,
     },
+    /// The cipher refused an operation no valid input reaches (e.g. keystream past
+    /// ChaCha20's 2^32 blocks).
+    #[error("cipher: {0}")]
+    Cipher(nyx_chacha::Error),
     /// The packet failed authentication (wrong key, modified in transit, or forged).
     #[error("packet failed authentication")]
     AuthenticationFailed,

@@ -38,7 +38,6 @@ mod tests;
 
 use std::ops::Range;
 
-use chacha20::cipher::StreamCipher;
 use hkdf::Hkdf;
 use sha2::Sha256;
 use zeroize::Zeroizing;
@@ -148,22 +147,21 @@ impl RelayHop {
         let pn = be64(&cell[..8]);
         self.window.check(pn)?;
         let (head, body) = cell.split_at_mut(HEADER_LEN);
-        let mut stream = aead::open_start(
+        // The keystream continues past the ciphertext: the filler the client predicted.
+        let mut filler = [0u8; FORWARD_LAYER_LEN];
+        aead::open_with_tail(
             &self.forward,
             &nonce(pn),
             &head[..8],
             body,
             &head[TAG_RANGE],
+            &mut filler,
         )?;
         self.window.commit(pn);
-        stream.apply_keystream(body);
         match body[0] {
             CMD_FORWARD => {
                 cell.copy_within(FORWARD_LAYER_LEN.., 0);
-                let tail = &mut cell[CELL_LEN - FORWARD_LAYER_LEN..];
-                tail.fill(0);
-                // The keystream continues past the ciphertext: the filler the client predicted.
-                stream.apply_keystream(tail);
+                cell[CELL_LEN - FORWARD_LAYER_LEN..].copy_from_slice(&filler);
                 Ok(Peeled::Forward)
             }
             CMD_DELIVER => Ok(Peeled::Deliver(
@@ -180,8 +178,12 @@ impl RelayHop {
         cell.copy_within(..CELL_LEN - BACKWARD_LAYER_LEN, BACKWARD_LAYER_LEN);
         cell[..8].copy_from_slice(&c.to_be_bytes());
         // From block 1, as the client's check-then-strip expects.
-        aead::keystream_at(&self.backward, &nonce(c), 0)
-            .apply_keystream(&mut cell[BACKWARD_LAYER_LEN..]);
+        aead::xor_keystream_at(
+            &self.backward,
+            &nonce(c),
+            0,
+            &mut cell[BACKWARD_LAYER_LEN..],
+        )?;
         Ok(())
     }
 
@@ -195,7 +197,7 @@ impl RelayHop {
         // The slack that relays towards the client drop: zeros, encrypted below.
         cell[payload.end..].fill(0);
         let (mut stream, mut mac) = aead::start(&self.backward, &nonce(c));
-        stream.apply_keystream(&mut cell[HEADER_LEN..]);
+        stream.apply_keystream(&mut cell[HEADER_LEN..])?;
         mac.update_padded(&cell[..8]);
         mac.update_padded(&cell[payload]);
         let tag = aead::finish(mac, 8, BACKWARD_PAYLOAD_LEN);

@@ -3,7 +3,6 @@
 
 use std::ops::Range;
 
-use chacha20::cipher::StreamCipher;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
@@ -13,7 +12,7 @@ use super::{
     MAX_HOPS, TAG_RANGE, be64, check_cell, nonce,
 };
 use crate::Error;
-use crate::aead::{self, poly1305::Poly1305};
+use crate::aead::{self, Poly1305};
 use crate::replay::ReplayWindow;
 use crate::session::SessionSecret;
 
@@ -141,7 +140,7 @@ impl ClientCircuit {
             pad.fill(0);
             let mut n = nonce(pns[d - 1]);
             n[0] = d as u8; // the pad key serves every hop: keep the nonces apart
-            aead::keystream_at(&self.pad_key, &n, 0).apply_keystream(pad);
+            aead::xor_keystream_at(&self.pad_key, &n, 0, pad)?;
         }
 
         // Fillers: filler[i] is what hops 0..i append while forwarding (i * 25 bytes), the
@@ -155,7 +154,7 @@ impl ClientCircuit {
             // Hop i-1 decrypts its ciphertext and 25 appended zeros with one keystream; the
             // last 25 * i bytes of that are at positions CELL_LEN + 1 - 25 i .. CELL_LEN + 1.
             let at = (CELL_LEN + 1 - FORWARD_LAYER_LEN * i) as u64;
-            aead::keystream_at(&hops[i - 1].forward, &nonce(pns[i - 1]), at).apply_keystream(next);
+            aead::xor_keystream_at(&hops[i - 1].forward, &nonce(pns[i - 1]), at, next)?;
         }
 
         // Layers from the destination outwards; layer i sits at offset 25 i.
@@ -164,7 +163,7 @@ impl ClientCircuit {
             cell[off..off + 8].copy_from_slice(&pns[i].to_be_bytes());
             cell[off + HEADER_LEN] = if i + 1 == d { CMD_DELIVER } else { CMD_FORWARD };
             let (mut stream, mut mac) = aead::start(&hops[i].forward, &nonce(pns[i]));
-            stream.apply_keystream(&mut cell[off + HEADER_LEN..]);
+            stream.apply_keystream(&mut cell[off + HEADER_LEN..])?;
             mac.update_padded(&cell[off..off + 8]);
             let tail = &filler[i][..FORWARD_LAYER_LEN * i];
             mac_concat(&mut mac, &cell[off + HEADER_LEN..], tail);
@@ -195,11 +194,11 @@ impl ClientCircuit {
             if bool::from(tag.ct_eq(&cell[tag_at])) {
                 hop.window.check(c)?;
                 hop.window.commit(c);
-                stream.apply_keystream(&mut cell[payload.clone()]);
+                stream.apply_keystream(&mut cell[payload.clone()])?;
                 return Ok(Delivered { hop: i, payload });
             }
             // Not from hop i: strip its relay layer and look one hop further.
-            stream.apply_keystream(&mut cell[off + BACKWARD_LAYER_LEN..]);
+            stream.apply_keystream(&mut cell[off + BACKWARD_LAYER_LEN..])?;
             off += BACKWARD_LAYER_LEN;
         }
         Err(Error::AuthenticationFailed)

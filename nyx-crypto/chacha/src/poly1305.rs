@@ -3,9 +3,11 @@
 //! Why our own: RustCrypto's `poly1305` 0.9 picks its AVX2 backend at run time, but in a
 //! portable build the backend's helpers are compiled without AVX2, so every vector
 //! intrinsic becomes a function call and a 1280-byte MAC costs about 1.6 µs (docs/benchmarks.md
-//! has the profile). This scalar version needs no CPU feature, has no per-message setup and
-//! runs about four to five times faster at cell size. It is checked against RFC 8439's vectors
-//! and, differentially, against the `poly1305` crate (tests below and in `aead/tests.rs`).
+//! has the profile). This scalar version needs no CPU feature and has no per-message setup.
+//! Being scalar is also what lets it overlap with ChaCha20: the AEAD absorbs Poly1305 blocks
+//! on the integer multiplier between the rounds the vector units compute (`aead.rs`). It is
+//! checked against RFC 8439's vectors (below) and, differentially, against the `poly1305`
+//! crate (`tests/differential.rs`).
 //!
 //! The accumulator `h = h0 + 2^64 h1 + 2^128 h2` is kept below `2^130 + 2^128`; the clamped
 //! key `r = r0 + 2^64 r1` has `r0, r1 < 2^60` and `4 | r1`, so with `s1 = r1 + r1 / 4`
@@ -20,15 +22,16 @@
 
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
+use crate::TAG_LEN;
+
 /// Bytes in a Poly1305 key (`r || s`).
 pub(crate) const KEY_LEN: usize = 32;
-/// Bytes in a Poly1305 tag.
-pub(crate) const TAG_LEN: usize = 16;
-const BLOCK: usize = 16;
+/// Bytes in a Poly1305 block.
+pub(crate) const BLOCK: usize = 16;
 
-/// A Poly1305 computation in progress. Holds key material: wiped on drop.
+/// A Poly1305 computation in progress. Holds key material: wiped on drop, never printed.
 #[derive(Zeroize, ZeroizeOnDrop)]
-pub(crate) struct Poly1305 {
+pub struct Poly1305 {
     r0: u64,
     r1: u64,
     s1: u64,
@@ -40,7 +43,7 @@ pub(crate) struct Poly1305 {
 
 impl Poly1305 {
     /// Start a MAC under the one-time key `key` (`r || s`, clamped here).
-    pub(crate) fn new(key: &[u8; KEY_LEN]) -> Self {
+    pub fn new(key: &[u8; KEY_LEN]) -> Self {
         let r0 = le64(&key[0..8]) & 0x0fff_fffc_0fff_ffff;
         let r1 = le64(&key[8..16]) & 0x0fff_fffc_0fff_fffc;
         Poly1305 {
@@ -56,7 +59,7 @@ impl Poly1305 {
 
     /// Absorb `data` as 16-byte blocks, the last one zero-padded to 16 bytes (RFC 8439's
     /// AEAD construction pads every field this way, so each block carries the 2^128 bit).
-    pub(crate) fn update_padded(&mut self, data: &[u8]) {
+    pub fn update_padded(&mut self, data: &[u8]) {
         let mut chunks = data.chunks_exact(BLOCK);
         for block in &mut chunks {
             self.block(le64(&block[0..8]), le64(&block[8..16]), 1);
@@ -69,11 +72,19 @@ impl Poly1305 {
         }
     }
 
-    /// Finish a plain Poly1305 message (not the AEAD padding): a short final block gets a
-    /// `0x01` byte after it instead of the 2^128 bit. (The AEAD never needs this; the tests
-    /// use it to check against RFC 8439's Poly1305 vectors and the reference crate.)
-    #[cfg(test)]
-    pub(crate) fn finish_message(mut self, data: &[u8]) -> [u8; TAG_LEN] {
+    /// Absorb whole 16-byte blocks: `data.len()` must be a multiple of 16 (a remainder is
+    /// ignored). The stitched kernels call this between ChaCha20 rounds.
+    #[inline(always)]
+    pub(crate) fn absorb_blocks(&mut self, data: &[u8]) {
+        for block in data.chunks_exact(BLOCK) {
+            self.block(le64(&block[0..8]), le64(&block[8..16]), 1);
+        }
+    }
+
+    /// Finish a plain Poly1305 message (RFC 8439 section 2.5, not the AEAD's padding): a
+    /// short final block gets a `0x01` byte after it instead of the 2^128 bit. The AEAD
+    /// never needs this; it is here for Poly1305's own test vectors.
+    pub fn finish_message(mut self, data: &[u8]) -> [u8; TAG_LEN] {
         let mut chunks = data.chunks_exact(BLOCK);
         for block in &mut chunks {
             self.block(le64(&block[0..8]), le64(&block[8..16]), 1);
@@ -118,7 +129,7 @@ impl Poly1305 {
     }
 
     /// Reduce fully and add `s`: the tag.
-    pub(crate) fn finalize(mut self) -> [u8; TAG_LEN] {
+    pub fn finalize(mut self) -> [u8; TAG_LEN] {
         // h < 2^130 + 2^128 < 2p, so one conditional subtraction of p reduces it. g = h + 5;
         // if g reaches 2^130 then h >= p and h - p is g's low 130 bits.
         let (g0, c) = self.h0.overflowing_add(5);
@@ -136,6 +147,12 @@ impl Poly1305 {
         tag[8..].copy_from_slice(&t1.to_le_bytes());
         self.zeroize();
         tag
+    }
+}
+
+impl std::fmt::Debug for Poly1305 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Poly1305 { .. }")
     }
 }
 

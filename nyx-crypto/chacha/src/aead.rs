@@ -1,0 +1,209 @@
+//! ChaCha20-Poly1305 (RFC 8439 section 2.8) in place: the one-time Poly1305 key is the
+//! first 32 bytes of keystream block 0, the message is encrypted from block 1 on, and the tag
+//! covers `aad || pad16 || ciphertext || pad16 || le64(len(aad)) || le64(len(ciphertext))`.
+//!
+//! The message is processed in chunks of one batch of keystream (8 or 16 blocks, as the
+//! kernel computes them; the first chunk is one block shorter, because block 0 is the
+//! Poly1305 key). While the kernel computes the keystream of chunk `i + 1`, Poly1305 absorbs
+//! chunk `i`: on seal that is ciphertext just written, on open ciphertext not yet decrypted
+//! (chunk `i` is decrypted only after it has been absorbed, from the batch kept from the
+//! step before). Only the last chunk's Poly1305 blocks run alone.
+//!
+//! Open decrypts while it authenticates; if the tag then fails, the keystream is applied
+//! again, so the caller's buffer is left exactly as it was.
+
+use std::mem;
+
+use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
+
+use crate::backend::{Backend, Batch, MAX_BATCH_BLOCKS, blocks_for};
+use crate::chacha20::{ChaCha20, state};
+use crate::poly1305::{self, Poly1305};
+use crate::{Error, KEY_LEN, MAX_MESSAGE_LEN, NONCE_LEN, TAG_LEN};
+
+/// Encrypt `buf` in place and return the tag over `aad` and the ciphertext, on the fastest
+/// backend. A (key, nonce) pair must never seal two messages.
+pub fn seal_in_place(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+) -> Result<[u8; TAG_LEN], Error> {
+    seal_in_place_with(Backend::detect(), key, nonce, aad, buf)
+}
+
+/// [`seal_in_place`] on a chosen backend.
+pub fn seal_in_place_with(
+    backend: Backend,
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+) -> Result<[u8; TAG_LEN], Error> {
+    check_len(buf.len())?;
+    let kernel = backend.kernel();
+    let state = Zeroizing::new(state(key, nonce));
+    let len = buf.len();
+    let mut ks = Batch::new();
+    let held = kernel.batch(&state, 0, aead_blocks(64 + len), &mut ks, None);
+    let mut mac = mac_from(&ks);
+    mac.update_padded(aad);
+    let (first, mut rest) = buf.split_at_mut(len.min(held * 64 - 64));
+    ks.xor_into(64, first);
+    let mut pending: &[u8] = first;
+    let mut counter = held as u32;
+    while !rest.is_empty() {
+        // `pending` is a whole batch here: whole Poly1305 blocks.
+        let held = kernel.batch(
+            &state,
+            counter,
+            aead_blocks(rest.len()),
+            &mut ks,
+            Some((&mut mac, pending)),
+        );
+        let n = rest.len().min(held * 64);
+        let (chunk, tail) = mem::take(&mut rest).split_at_mut(n);
+        ks.xor_into(0, chunk);
+        pending = chunk;
+        rest = tail;
+        counter = counter.wrapping_add(held as u32);
+    }
+    mac.update_padded(pending);
+    Ok(finish_tag(mac, aad.len(), len))
+}
+
+/// Check `tag` over `aad` and the ciphertext in `buf` and decrypt `buf` in place, on the
+/// fastest backend. On failure `buf` is left as it was.
+pub fn open_in_place(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; TAG_LEN],
+) -> Result<(), Error> {
+    open_in_place_with_tail(Backend::detect(), key, nonce, aad, buf, tag, &mut [])
+}
+
+/// [`open_in_place`] on a chosen backend.
+pub fn open_in_place_with(
+    backend: Backend,
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; TAG_LEN],
+) -> Result<(), Error> {
+    open_in_place_with_tail(backend, key, nonce, aad, buf, tag, &mut [])
+}
+
+/// [`open_in_place_with`], and then, if the tag was good, XOR the keystream that follows
+/// the message into `tail` (for constructions that use it: NyxNet's onion layers derive
+/// their filler this way). On failure neither `buf` nor `tail` changes.
+pub fn open_in_place_with_tail(
+    backend: Backend,
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; TAG_LEN],
+    tail: &mut [u8],
+) -> Result<(), Error> {
+    check_len(buf.len())?;
+    let kernel = backend.kernel();
+    let state = Zeroizing::new(state(key, nonce));
+    let len = buf.len();
+    let (mut ks, mut next) = (Batch::new(), Batch::new());
+    let (mut ks, mut next) = (&mut ks, &mut next);
+    // `ks` holds blocks `counter..counter + held`; the chunk it decrypts starts `skip` bytes
+    // into it.
+    let mut held = kernel.batch(&state, 0, aead_blocks(64 + len + tail.len()), ks, None);
+    let mut mac = mac_from(ks);
+    mac.update_padded(aad);
+    let (mut counter, mut skip, mut pos) = (0u32, 64, 0);
+    loop {
+        let chunk_len = (len - pos).min(held * 64 - skip);
+        let chunk = &mut buf[pos..pos + chunk_len];
+        if pos + chunk_len == len {
+            mac.update_padded(chunk);
+            ks.xor_into(skip, chunk);
+            break;
+        }
+        // `chunk` fills the rest of `ks` since more follows: whole Poly1305 blocks.
+        let next_counter = counter.wrapping_add(held as u32);
+        let wanted = aead_blocks(len - pos - chunk_len + tail.len());
+        let next_held = kernel.batch(
+            &state,
+            next_counter,
+            wanted,
+            next,
+            Some((&mut mac, &*chunk)),
+        );
+        ks.xor_into(skip, chunk);
+        mem::swap(&mut ks, &mut next);
+        (counter, held, skip, pos) = (next_counter, next_held, 0, pos + chunk_len);
+    }
+    let expected = finish_tag(mac, aad.len(), len);
+    if !bool::from(expected.ct_eq(tag)) {
+        // Undo the decryption: XOR the same keystream again.
+        let mut stream = ChaCha20::with_kernel(kernel, state);
+        stream.seek(64);
+        stream.apply_keystream(buf)?;
+        return Err(Error::AuthenticationFailed);
+    }
+    if !tail.is_empty() {
+        let mut batch = Batch::new();
+        mem::swap(&mut batch, ks);
+        let mut stream = ChaCha20::with_kernel(kernel, state);
+        stream.set_cached(u64::from(counter), held, batch);
+        stream.seek(64 + len as u64);
+        stream.apply_keystream(tail)?;
+    }
+    Ok(())
+}
+
+/// For constructions that compose the AEAD themselves: the keystream positioned at the
+/// message's first byte (block 1) and Poly1305 keyed from block 0. Finish with
+/// [`finish_tag`].
+pub fn keystream_and_mac(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> (ChaCha20, Poly1305) {
+    let kernel = Backend::detect().kernel();
+    let state = Zeroizing::new(state(key, nonce));
+    let mut ks = Batch::new();
+    let held = kernel.batch(&state, 0, MAX_BATCH_BLOCKS, &mut ks, None);
+    let mac = mac_from(&ks);
+    let mut stream = ChaCha20::with_kernel(kernel, state);
+    stream.set_cached(0, held, ks);
+    stream.seek(64);
+    (stream, mac)
+}
+
+/// Absorb the two lengths and produce the tag.
+pub fn finish_tag(mut mac: Poly1305, aad_len: usize, ct_len: usize) -> [u8; TAG_LEN] {
+    let mut lens = [0u8; 16];
+    lens[..8].copy_from_slice(&(aad_len as u64).to_le_bytes());
+    lens[8..].copy_from_slice(&(ct_len as u64).to_le_bytes());
+    mac.update_padded(&lens);
+    mac.finalize()
+}
+
+/// Poly1305 keyed by the first 32 bytes of a batch starting at block 0.
+fn mac_from(batch: &Batch) -> Poly1305 {
+    let mut otk = Zeroizing::new([0u8; poly1305::KEY_LEN]);
+    otk.copy_from_slice(&batch.bytes()[..poly1305::KEY_LEN]);
+    Poly1305::new(&otk)
+}
+
+/// Blocks to ask the kernel for when `bytes` of keystream are still needed. At most eight:
+/// Poly1305 (about 15 cycles per 16-byte block, one multiply chain) is the longer task, and
+/// eight-block batches give it about three blocks per double round to overlap with, where
+/// sixteen would leave the first batch's vector work with nothing to hide behind.
+fn aead_blocks(bytes: usize) -> usize {
+    blocks_for(bytes).min(8)
+}
+
+fn check_len(len: usize) -> Result<(), Error> {
+    if len as u64 > MAX_MESSAGE_LEN {
+        return Err(Error::MessageTooLong { len });
+    }
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! Which kernel computes the keystream, chosen once per operation from what the CPU
+//! reports, and the 512-byte keystream batch every kernel fills.
+
+use zeroize::Zeroize;
+
+use crate::poly1305::Poly1305;
+use crate::portable;
+
+/// A ChaCha20 implementation. [`Backend::detect`] picks the fastest this CPU supports; the
+/// explicit choice exists for tests and benchmarks. Asking for a backend the CPU lacks is
+/// safe: it runs the portable code instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// Plain Rust, one block at a time; runs everywhere.
+    Portable,
+    /// Eight blocks at a time in 256-bit AVX2 registers (x86-64 CPUs from 2013 on).
+    Avx2,
+    /// As [`Backend::Avx2`], plus AVX-512VL's rotate instruction and its 32 vector
+    /// registers, still on 256-bit vectors (x86-64 CPUs with AVX-512: Intel from 2017, AMD
+    /// from Zen 4).
+    Avx512Vl,
+}
+
+impl Backend {
+    /// Every backend, slowest first.
+    pub const ALL: [Backend; 3] = [Backend::Portable, Backend::Avx2, Backend::Avx512Vl];
+
+    /// The fastest backend this CPU supports.
+    pub fn detect() -> Backend {
+        Backend::ALL
+            .into_iter()
+            .rev()
+            .find(|b| b.is_available())
+            .unwrap_or(Backend::Portable)
+    }
+
+    /// Whether this CPU can run the backend.
+    pub fn is_available(self) -> bool {
+        match self {
+            Backend::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2 => crate::x86::Simd::avx2().is_some(),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512Vl => crate::x86::Simd::avx512vl().is_some(),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// A short name for reports and benchmark ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Portable => "portable",
+            Backend::Avx2 => "avx2",
+            Backend::Avx512Vl => "avx512vl",
+        }
+    }
+
+    /// The kernel to run: this backend if the CPU has it, else the portable one.
+    pub(crate) fn kernel(self) -> Kernel {
+        match self {
+            Backend::Portable => Kernel::Portable,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2 => crate::x86::Simd::avx2().map_or(Kernel::Portable, Kernel::Simd),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512Vl => {
+                crate::x86::Simd::avx512vl().map_or(Kernel::Portable, Kernel::Simd)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => Kernel::Portable,
+        }
+    }
+}
+
+/// A backend whose CPU support has been checked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kernel {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Simd(crate::x86::Simd),
+}
+
+impl Kernel {
+    /// Keystream blocks `counter..` into `out`, absorbing `mac`'s whole 16-byte blocks into
+    /// its Poly1305 on the way. Returns how many blocks `out` now holds: at least one, at
+    /// most [`MAX_BATCH_BLOCKS`], and `wanted` or more when `wanted` is at most eight.
+    #[inline]
+    pub(crate) fn batch(
+        self,
+        state: &[u32; 16],
+        counter: u32,
+        wanted: usize,
+        out: &mut Batch,
+        mac: Option<(&mut Poly1305, &[u8])>,
+    ) -> usize {
+        match self {
+            Kernel::Portable => portable::batch(state, counter, wanted, out, mac),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Simd(simd) => simd.batch(state, counter, wanted, out, mac),
+        }
+    }
+}
+
+/// The most blocks one batch holds.
+pub(crate) const MAX_BATCH_BLOCKS: usize = 16;
+
+/// One 32-byte piece of a batch: a vector register where there is one.
+#[cfg(target_arch = "x86_64")]
+pub(crate) type Lane = core::arch::x86_64::__m256i;
+/// One 32-byte piece of a batch.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) type Lane = [u64; 4];
+
+/// Keystream for up to sixteen consecutive blocks. Wiped on drop.
+pub(crate) struct Batch(pub(crate) [Lane; 2 * MAX_BATCH_BLOCKS]);
+
+impl Batch {
+    pub(crate) fn new() -> Self {
+        Batch(bytemuck::Zeroable::zeroed())
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.0)
+    }
+
+    /// XOR keystream bytes `skip..skip + data.len()` into `data`.
+    #[inline]
+    pub(crate) fn xor_into(&self, skip: usize, data: &mut [u8]) {
+        let keystream = &self.bytes()[skip..skip + data.len()];
+        for (d, k) in data.iter_mut().zip(keystream) {
+            *d ^= *k;
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+/// Blocks needed to cover `bytes` bytes of keystream.
+pub(crate) fn blocks_for(bytes: usize) -> usize {
+    bytes.div_ceil(64)
+}

@@ -1,0 +1,62 @@
+//! # nyx-chacha: ChaCha20, Poly1305 and ChaCha20-Poly1305 for NyxNet
+//!
+//! What it is for: the symmetric cipher under every NyxNet link, session and onion layer
+//! (RFC 8439), fast on the machines relays run on and allocation-free:
+//!
+//! * [`seal_in_place`] / [`open_in_place`]: the AEAD on a buffer in place. Keystream for eight
+//!   blocks is computed at a time, and the Poly1305 blocks of the previous chunk are absorbed
+//!   *between the ChaCha20 rounds* of the next one, so the vector units (ChaCha20) and the
+//!   scalar multiplier (Poly1305) work at the same time ("stitching", as in OpenSSL and
+//!   BoringSSL's assembly).
+//! * [`ChaCha20`]: the keystream at any byte offset, for constructions that use the
+//!   keystream past a message (NyxNet's onion layers do).
+//! * [`Poly1305`]: the one-time authenticator, scalar in radix 2^64.
+//! * [`Backend`]: which kernel runs. The best one the CPU supports is chosen at run time
+//!   (AVX-512VL, then AVX2, then portable Rust); tests and benchmarks can pick one.
+//!
+//! The only unsafe code is in the `x86` module: calling a `#[target_feature]` kernel after
+//! the CPU has reported that feature. Vectors are read and written through `bytemuck`'s
+//! safe casts, so the kernels themselves contain no pointer arithmetic.
+//!
+//! What it is not for: key management (nyx-crypto), nonce choice (callers must never seal
+//! two messages under one key and nonce), or other ciphers.
+//!
+//! ```
+//! let key = [7u8; 32];
+//! let nonce = [0u8; 12];
+//! let mut buf = *b"attack at dawn";
+//! let tag = nyx_chacha::seal_in_place(&key, &nonce, b"header", &mut buf)?;
+//! nyx_chacha::open_in_place(&key, &nonce, b"header", &mut buf, &tag)?;
+//! assert_eq!(&buf, b"attack at dawn");
+//! # Ok::<(), nyx_chacha::Error>(())
+//! ```
+
+#![deny(unsafe_code)]
+
+mod aead;
+mod backend;
+mod chacha20;
+mod error;
+mod poly1305;
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use aead::{
+    finish_tag, keystream_and_mac, open_in_place, open_in_place_with, open_in_place_with_tail,
+    seal_in_place, seal_in_place_with,
+};
+pub use backend::Backend;
+pub use chacha20::ChaCha20;
+pub use error::Error;
+pub use poly1305::Poly1305;
+
+/// Bytes in a key.
+pub const KEY_LEN: usize = 32;
+/// Bytes in a nonce.
+pub const NONCE_LEN: usize = 12;
+/// Bytes in a tag.
+pub const TAG_LEN: usize = 16;
+/// The longest message one (key, nonce) pair can encrypt: ChaCha20's 32-bit block counter
+/// starts at 1 for the message, so 2^32 − 1 blocks of 64 bytes.
+pub const MAX_MESSAGE_LEN: u64 = ((1u64 << 32) - 1) * 64;
