@@ -21,7 +21,9 @@
 //! * [`onion`]: fixed-size onion cells for circuits of up to three relays, keyed by the hop
 //!   handshake: layers removed and added in place, bitwise unlinkable across hops, modified
 //!   cells caught by the next hop, replays refused per hop.
-//! * [`aead`]: the ChaCha20-Poly1305 all of the above use, in place and allocation-free.
+//! * [`aead`]: the ChaCha20-Poly1305 all of the above use, in place and allocation-free; the
+//!   cipher itself is the `nyx-chacha` crate (SIMD kernels chosen at run time: the one place
+//!   unsafe code is allowed, which is why it is a crate of its own).
 //!
 //! docs/protocol.md describes every message, key schedule and the reasons behind them.
 //!

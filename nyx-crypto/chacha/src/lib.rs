@@ -4,7 +4,8 @@
 //! (RFC 8439), fast on the machines relays run on and allocation-free:
 //!
 //! * [`seal_in_place`] / [`open_in_place`]: the AEAD on a buffer in place. Keystream for eight
-//!   blocks is computed at a time, and the Poly1305 blocks of the previous chunk are absorbed
+//!   blocks is computed at a time (one per 32-bit lane of 256-bit vectors, or sixteen in
+//!   512-bit vectors where that pays), and the Poly1305 blocks of the previous chunk are absorbed
 //!   *between the ChaCha20 rounds* of the next one, so the vector units (ChaCha20) and the
 //!   scalar multiplier (Poly1305) work at the same time ("stitching", as in OpenSSL and
 //!   BoringSSL's assembly).
@@ -15,8 +16,8 @@
 //!   (AVX-512VL, then AVX2, then portable Rust); tests and benchmarks can pick one.
 //!
 //! The only unsafe code is in the `x86` module: calling a `#[target_feature]` kernel after
-//! the CPU has reported that feature. Vectors are read and written through `bytemuck`'s
-//! safe casts, so the kernels themselves contain no pointer arithmetic.
+//! the CPU has reported that feature. Keystream lives in arrays of vectors that are viewed as
+//! bytes through `bytemuck`'s safe casts, so no code here touches a raw pointer.
 //!
 //! What it is not for: key management (nyx-crypto), nonce choice (callers must never seal
 //! two messages under one key and nonce), or other ciphers.

@@ -1,5 +1,6 @@
 //! The x86-64 kernels: eight ChaCha20 blocks at once, one block per 32-bit lane of 256-bit
-//! vectors, with Poly1305 blocks absorbed on the scalar multiplier between the double rounds.
+//! vectors, with Poly1305 blocks absorbed on the scalar multiplier between the double rounds;
+//! and on AVX-512, sixteen blocks in 512-bit vectors for long keystream.
 //!
 //! Two builds of the same kernel (one macro): AVX2, and AVX2 + AVX-512F + AVX-512VL, which
 //! rotates with one instruction (`vprold`) where AVX2 needs a shuffle or two shifts and an
@@ -9,8 +10,9 @@
 //! `#[target_feature]` function, which is sound only on a CPU that has the feature. A
 //! [`Simd`] is that proof: its field is private, so it exists only if [`Simd::avx2`] or
 //! [`Simd::avx512vl`] saw the features reported by the CPU (`is_x86_feature_detected!`).
-//! Inside the kernels every intrinsic is safe to call (their features are enabled), and
-//! vectors reach memory only through `bytemuck`'s safe casts: no raw pointer is touched.
+//! Inside the kernels every intrinsic is safe to call (their features are enabled), and the
+//! results are stored into an array of vectors (`Batch`), which the rest of the crate reads
+//! through `bytemuck`'s safe byte views: no raw pointer is touched.
 #![allow(unsafe_code)]
 
 use crate::backend::Batch;
