@@ -17,7 +17,7 @@ use std::mem;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
-use crate::backend::{Backend, Batch, MAX_BATCH_BLOCKS, blocks_for};
+use crate::backend::{Backend, Batch, blocks_for};
 use crate::chacha20::{ChaCha20, state};
 use crate::poly1305::{self, Poly1305};
 use crate::{Error, KEY_LEN, MAX_MESSAGE_LEN, NONCE_LEN, TAG_LEN};
@@ -45,9 +45,9 @@ pub fn seal_in_place_with(
     let kernel = backend.kernel();
     let state = Zeroizing::new(state(key, nonce));
     let len = buf.len();
-    let mut ks = Batch::new();
-    let held = kernel.batch(&state, 0, aead_blocks(64 + len), &mut ks, None);
-    let mut mac = mac_from(&ks);
+    let mut ks = AeadBatch::new();
+    let held = kernel.batch(&state, 0, blocks_for(64 + len), &mut ks, None);
+    let mut mac = mac_from(ks.bytes());
     mac.update_padded(aad);
     let (first, mut rest) = buf.split_at_mut(len.min(held * 64 - 64));
     ks.xor_into(64, first);
@@ -58,7 +58,7 @@ pub fn seal_in_place_with(
         let held = kernel.batch(
             &state,
             counter,
-            aead_blocks(rest.len()),
+            blocks_for(rest.len()),
             &mut ks,
             Some((&mut mac, pending)),
         );
@@ -113,12 +113,12 @@ pub fn open_in_place_with_tail(
     let kernel = backend.kernel();
     let state = Zeroizing::new(state(key, nonce));
     let len = buf.len();
-    let (mut ks, mut next) = (Batch::new(), Batch::new());
+    let (mut ks, mut next) = (AeadBatch::new(), AeadBatch::new());
     let (mut ks, mut next) = (&mut ks, &mut next);
     // `ks` holds blocks `counter..counter + held`; the chunk it decrypts starts `skip` bytes
     // into it.
-    let mut held = kernel.batch(&state, 0, aead_blocks(64 + len + tail.len()), ks, None);
-    let mut mac = mac_from(ks);
+    let mut held = kernel.batch(&state, 0, blocks_for(64 + len + tail.len()), ks, None);
+    let mut mac = mac_from(ks.bytes());
     mac.update_padded(aad);
     let (mut counter, mut skip, mut pos) = (0u32, 64, 0);
     loop {
@@ -131,7 +131,7 @@ pub fn open_in_place_with_tail(
         }
         // `chunk` fills the rest of `ks` since more follows: whole Poly1305 blocks.
         let next_counter = counter.wrapping_add(held as u32);
-        let wanted = aead_blocks(len - pos - chunk_len + tail.len());
+        let wanted = blocks_for(len - pos - chunk_len + tail.len());
         let next_held = kernel.batch(
             &state,
             next_counter,
@@ -152,12 +152,15 @@ pub fn open_in_place_with_tail(
         return Err(Error::AuthenticationFailed);
     }
     if !tail.is_empty() {
-        let mut batch = Batch::new();
-        mem::swap(&mut batch, ks);
-        let mut stream = ChaCha20::with_kernel(kernel, state);
-        stream.set_cached(u64::from(counter), held, batch);
-        stream.seek(64 + len as u64);
-        stream.apply_keystream(tail)?;
+        // Usually inside the batch the last chunk came from (the onion filler is).
+        let (at, start) = (64 + len as u64, u64::from(counter) * 64);
+        if at + tail.len() as u64 <= start + held as u64 * 64 {
+            ks.xor_into((at - start) as usize, tail);
+        } else {
+            let mut stream = ChaCha20::with_kernel(kernel, state);
+            stream.seek(at);
+            stream.apply_keystream(tail)?;
+        }
     }
     Ok(())
 }
@@ -166,13 +169,9 @@ pub fn open_in_place_with_tail(
 /// message's first byte (block 1) and Poly1305 keyed from block 0. Finish with
 /// [`finish_tag`].
 pub fn keystream_and_mac(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> (ChaCha20, Poly1305) {
-    let kernel = Backend::detect().kernel();
     let state = Zeroizing::new(state(key, nonce));
-    let mut ks = Batch::new();
-    let held = kernel.batch(&state, 0, MAX_BATCH_BLOCKS, &mut ks, None);
-    let mac = mac_from(&ks);
-    let mut stream = ChaCha20::with_kernel(kernel, state);
-    stream.set_cached(0, held, ks);
+    let mut stream = ChaCha20::with_kernel(Backend::detect().kernel(), state);
+    let mac = mac_from(stream.block0_head());
     stream.seek(64);
     (stream, mac)
 }
@@ -186,20 +185,19 @@ pub fn finish_tag(mut mac: Poly1305, aad_len: usize, ct_len: usize) -> [u8; TAG_
     mac.finalize()
 }
 
-/// Poly1305 keyed by the first 32 bytes of a batch starting at block 0.
-fn mac_from(batch: &Batch) -> Poly1305 {
+/// Poly1305 keyed by the first 32 bytes of keystream block 0.
+fn mac_from(block0: &[u8]) -> Poly1305 {
     let mut otk = Zeroizing::new([0u8; poly1305::KEY_LEN]);
-    otk.copy_from_slice(&batch.bytes()[..poly1305::KEY_LEN]);
+    otk.copy_from_slice(&block0[..poly1305::KEY_LEN]);
     Poly1305::new(&otk)
 }
 
-/// Blocks to ask the kernel for when `bytes` of keystream are still needed. At most eight:
-/// Poly1305 (about 15 cycles per 16-byte block, one multiply chain) is the longer task, and
-/// eight-block batches give it about three blocks per double round to overlap with, where
-/// sixteen would leave the first batch's vector work with nothing to hide behind.
-fn aead_blocks(bytes: usize) -> usize {
-    blocks_for(bytes).min(8)
-}
+/// The AEAD's keystream batches hold eight blocks (16 lanes), so the kernels never take
+/// their 16-block path here: Poly1305 (about 13 cycles per 16-byte block, one multiply
+/// chain) is the longer task, and eight-block batches give it about three blocks per double
+/// round to overlap with, where sixteen would leave more of it running alone (measured:
+/// docs/benchmarks.md). Half the size also halves what each seal or open zeroes and wipes.
+type AeadBatch = Batch<16>;
 
 fn check_len(len: usize) -> Result<(), Error> {
     if len as u64 > MAX_MESSAGE_LEN {

@@ -84,26 +84,28 @@ pub(crate) enum Kernel {
 impl Kernel {
     /// Keystream blocks `counter..` into `out`, absorbing `mac`'s whole 16-byte blocks into
     /// its Poly1305 on the way. Returns how many blocks `out` now holds: at least one, at
-    /// most [`MAX_BATCH_BLOCKS`], and `wanted` or more when `wanted` is at most eight.
+    /// most what it has room for, and `wanted` or more when `wanted` is at most eight.
     #[inline]
-    pub(crate) fn batch(
+    pub(crate) fn batch<const LANES: usize>(
         self,
         state: &[u32; 16],
         counter: u32,
         wanted: usize,
-        out: &mut Batch,
+        out: &mut Batch<LANES>,
         mac: Option<(&mut Poly1305, &[u8])>,
     ) -> usize {
         match self {
-            Kernel::Portable => portable::batch(state, counter, wanted, out, mac),
+            Kernel::Portable => portable::batch(state, counter, wanted, &mut out.0, mac),
             #[cfg(target_arch = "x86_64")]
-            Kernel::Simd(simd) => simd.batch(state, counter, wanted, out, mac),
+            Kernel::Simd(simd) => simd.batch(state, counter, wanted, &mut out.0, mac),
         }
     }
 }
 
 /// The most blocks one batch holds.
 pub(crate) const MAX_BATCH_BLOCKS: usize = 16;
+/// Lanes of a batch with room for [`MAX_BATCH_BLOCKS`] (two 32-byte lanes per block).
+pub(crate) const MAX_LANES: usize = 2 * MAX_BATCH_BLOCKS;
 
 /// One 32-byte piece of a batch: a vector register where there is one.
 #[cfg(target_arch = "x86_64")]
@@ -112,20 +114,17 @@ pub(crate) type Lane = core::arch::x86_64::__m256i;
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) type Lane = [u64; 4];
 
-/// Keystream for up to sixteen consecutive blocks. Wiped on drop.
-pub(crate) struct Batch(pub(crate) [Lane; 2 * MAX_BATCH_BLOCKS]);
+/// Keystream for up to `LANES / 2` consecutive blocks (a kernel fills at most what fits).
+/// Wiped on drop.
+pub(crate) struct Batch<const LANES: usize = MAX_LANES>(pub(crate) [Lane; LANES]);
 
-impl Batch {
+impl<const LANES: usize> Batch<LANES> {
     pub(crate) fn new() -> Self {
-        Batch(bytemuck::Zeroable::zeroed())
+        Batch([bytemuck::Zeroable::zeroed(); LANES])
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(&self.0)
-    }
-
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        bytemuck::cast_slice_mut(&mut self.0)
     }
 
     /// XOR keystream bytes `skip..skip + data.len()` into `data`.
@@ -138,7 +137,7 @@ impl Batch {
     }
 }
 
-impl Drop for Batch {
+impl<const LANES: usize> Drop for Batch<LANES> {
     fn drop(&mut self) {
         self.0.zeroize();
     }

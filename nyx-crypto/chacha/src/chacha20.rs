@@ -72,12 +72,6 @@ impl ChaCha20 {
         }
     }
 
-    /// Adopt a batch the caller already computed (blocks `first..first + blocks`).
-    pub(crate) fn set_cached(&mut self, first: u64, blocks: usize, batch: Batch) {
-        self.batch = batch;
-        self.cached = Some((first, blocks));
-    }
-
     /// Move to byte `offset` of the keystream.
     pub fn seek(&mut self, offset: u64) {
         self.offset = offset;
@@ -100,21 +94,9 @@ impl ChaCha20 {
             })?;
         while !data.is_empty() {
             let block = self.offset / 64;
-            let (first, blocks) = match self.cached {
-                Some((first, blocks)) if block >= first && block - first < blocks as u64 => {
-                    (first, blocks)
-                }
-                _ => {
-                    let skip = (self.offset % 64) as usize;
-                    let wanted = blocks_for(skip + data.len());
-                    // block < 2^32 because offset < end <= STREAM_END.
-                    let blocks =
-                        self.kernel
-                            .batch(&self.state, block as u32, wanted, &mut self.batch, None);
-                    self.cached = Some((block, blocks));
-                    (block, blocks)
-                }
-            };
+            // block < 2^32 because offset < end <= STREAM_END.
+            let blocks = self.load(block, blocks_for((self.offset % 64) as usize + data.len()));
+            let first = self.cached.map_or(block, |(first, _)| first);
             let skip = (self.offset - first * 64) as usize;
             let n = (blocks * 64 - skip).min(data.len());
             let (now, rest) = data.split_at_mut(n);
@@ -124,6 +106,30 @@ impl ChaCha20 {
         }
         debug_assert_eq!(self.offset, end);
         Ok(())
+    }
+}
+
+impl ChaCha20 {
+    /// Make the kept batch cover `block` (below 2^32), computing `wanted` blocks from it if
+    /// it does not. Returns how many blocks the batch holds.
+    fn load(&mut self, block: u64, wanted: usize) -> usize {
+        match self.cached {
+            Some((first, blocks)) if block >= first && block - first < blocks as u64 => blocks,
+            _ => {
+                let blocks =
+                    self.kernel
+                        .batch(&self.state, block as u32, wanted, &mut self.batch, None);
+                self.cached = Some((block, blocks));
+                blocks
+            }
+        }
+    }
+
+    /// The first 32 bytes of block 0 (the AEAD's one-time Poly1305 key), computing and
+    /// keeping a whole batch from block 0 so that the message's keystream follows from it.
+    pub(crate) fn block0_head(&mut self) -> &[u8] {
+        self.load(0, crate::backend::MAX_BATCH_BLOCKS);
+        &self.batch.bytes()[..32]
     }
 }
 

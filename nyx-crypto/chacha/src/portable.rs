@@ -2,25 +2,21 @@
 //! It runs wherever AVX2 does not, and it is the reference the vector kernels are tested
 //! against.
 
-use crate::backend::{Batch, MAX_BATCH_BLOCKS};
+use crate::backend::Lane;
 use crate::poly1305::Poly1305;
 
-/// Blocks `counter..counter + wanted` (at most sixteen) into `out`, then absorb `mac`.
+/// Blocks `counter..counter + wanted` (as many as fit) into `out`, then absorb `mac`.
 /// Returns how many blocks `out` holds.
 pub(crate) fn batch(
     state: &[u32; 16],
     counter: u32,
     wanted: usize,
-    out: &mut Batch,
+    out: &mut [Lane],
     mac: Option<(&mut Poly1305, &[u8])>,
 ) -> usize {
-    let blocks = wanted.clamp(1, MAX_BATCH_BLOCKS);
-    for (i, chunk) in out
-        .bytes_mut()
-        .chunks_exact_mut(64)
-        .take(blocks)
-        .enumerate()
-    {
+    let blocks = wanted.clamp(1, out.len() / 2);
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+    for (i, chunk) in bytes.chunks_exact_mut(64).take(blocks).enumerate() {
         block(state, counter.wrapping_add(i as u32), chunk);
     }
     if let Some((poly, data)) = mac {

@@ -15,7 +15,7 @@
 //! through `bytemuck`'s safe byte views: no raw pointer is touched.
 #![allow(unsafe_code)]
 
-use crate::backend::Batch;
+use crate::backend::Lane;
 use crate::poly1305::Poly1305;
 
 /// Proof that this CPU runs AVX2, and with `vl`, also AVX-512F and AVX-512VL.
@@ -39,7 +39,7 @@ impl Simd {
     }
 
     /// Keystream blocks from `counter` into `out`: eight, or sixteen when `wanted` asks for
-    /// more than eight and the CPU has the registers to interleave two sets of eight. `mac`'s
+    /// more than eight, `out` has room and the CPU has 512-bit vectors. `mac`'s
     /// whole 16-byte blocks are absorbed between the rounds. Returns the number of blocks.
     #[inline]
     pub(crate) fn batch(
@@ -47,10 +47,10 @@ impl Simd {
         state: &[u32; 16],
         counter: u32,
         wanted: usize,
-        out: &mut Batch,
+        out: &mut [Lane],
         mac: Option<(&mut Poly1305, &[u8])>,
     ) -> usize {
-        match (self.vl, wanted > 8) {
+        match (self.vl, wanted > 8 && out.len() >= 32) {
             // SAFETY: `vl` is true only in a `Simd` made by `avx512vl()`, which saw this CPU
             // report AVX2, AVX-512F and AVX-512VL: every feature `avx512vl::*` enables.
             (true, true) => unsafe { avx512vl::batch16(state, counter, out, mac) },
@@ -69,7 +69,6 @@ macro_rules! kernel {
     ($features:literal) => {
         use core::arch::x86_64::*;
 
-        use crate::backend::Batch;
         use crate::poly1305::{BLOCK, Poly1305};
 
         /// Eight blocks; see [`super::Simd::batch`].
@@ -77,7 +76,7 @@ macro_rules! kernel {
         pub(super) fn batch8(
             state: &[u32; 16],
             counter: u32,
-            out: &mut Batch,
+            out: &mut [__m256i],
             mut mac: Option<(&mut Poly1305, &[u8])>,
         ) -> usize {
             let input = initial(state, counter);
@@ -95,7 +94,7 @@ macro_rules! kernel {
                 }
             }
             finish(&mut x, &input);
-            transpose(&x, &mut out.0[..16]);
+            transpose(&x, &mut out[..16]);
             8
         }
 
@@ -231,7 +230,7 @@ mod avx512vl {
     pub(super) fn batch16(
         state: &[u32; 16],
         counter: u32,
-        out: &mut Batch,
+        out: &mut [__m256i],
         mut mac: Option<(&mut Poly1305, &[u8])>,
     ) -> usize {
         let mut input = [_mm512_setzero_si512(); 16];
@@ -267,7 +266,7 @@ mod avx512vl {
             low[w] = _mm512_extracti64x4_epi64::<0>(v);
             high[w] = _mm512_extracti64x4_epi64::<1>(v);
         }
-        let (first, second) = out.0.split_at_mut(16);
+        let (first, second) = out[..32].split_at_mut(16);
         transpose(&low, first);
         transpose(&high, second);
         16
