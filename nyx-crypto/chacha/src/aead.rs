@@ -17,9 +17,9 @@ use std::mem;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
-use crate::backend::{Backend, Batch, blocks_for};
+use crate::backend::{Backend, Batch, Kernel, Lane, MAC_BATCH_BLOCKS, blocks_for, xor_lanes};
 use crate::chacha20::{ChaCha20, state};
-use crate::poly1305::{self, Poly1305};
+use crate::poly1305::{self, BLOCK, Poly1305};
 use crate::{Error, KEY_LEN, MAX_MESSAGE_LEN, NONCE_LEN, TAG_LEN};
 
 /// Encrypt `buf` in place and return the tag over `aad` and the ciphertext, on the fastest
@@ -44,33 +44,47 @@ pub fn seal_in_place_with(
     check_len(buf.len())?;
     let kernel = backend.kernel();
     let state = Zeroizing::new(state(key, nonce));
+    Ok(if kernel.mac_in_vectors() {
+        seal::<WIDE>(kernel, &state, aad, buf)
+    } else {
+        seal::<NARROW>(kernel, &state, aad, buf)
+    })
+}
+
+/// Seal with keystream batches of up to `LANES / 2` blocks.
+fn seal<const LANES: usize>(
+    kernel: Kernel,
+    state: &[u32; 16],
+    aad: &[u8],
+    buf: &mut [u8],
+) -> [u8; TAG_LEN] {
     let len = buf.len();
-    let mut ks = AeadBatch::new();
-    let held = kernel.batch(&state, 0, blocks_for(64 + len), &mut ks, None);
+    let mut ks = Batch::<LANES>::new();
+    let held = kernel.batch(state, 0, blocks_for(64 + len), &mut ks.0, None);
     let mut mac = mac_from(ks.bytes());
     mac.update_padded(aad);
     let (first, mut rest) = buf.split_at_mut(len.min(held * 64 - 64));
-    ks.xor_into(64, first);
+    ks.xor_into(kernel, 64, first);
     let mut pending: &[u8] = first;
     let mut counter = held as u32;
     while !rest.is_empty() {
         // `pending` is a whole batch here: whole Poly1305 blocks.
         let held = kernel.batch(
-            &state,
+            state,
             counter,
             blocks_for(rest.len()),
-            &mut ks,
+            &mut ks.0,
             Some((&mut mac, pending)),
         );
         let n = rest.len().min(held * 64);
         let (chunk, tail) = mem::take(&mut rest).split_at_mut(n);
-        ks.xor_into(0, chunk);
+        ks.xor_into(kernel, 0, chunk);
         pending = chunk;
         rest = tail;
         counter = counter.wrapping_add(held as u32);
     }
-    mac.update_padded(pending);
-    Ok(finish_tag(mac, aad.len(), len))
+    kernel.absorb(&mut mac, pending);
+    finish_tag(mac, aad.len(), len)
 }
 
 /// Check `tag` over `aad` and the ciphertext in `buf` and decrypt `buf` in place, on the
@@ -112,37 +126,65 @@ pub fn open_in_place_with_tail(
     check_len(buf.len())?;
     let kernel = backend.kernel();
     let state = Zeroizing::new(state(key, nonce));
+    if kernel.mac_in_vectors() {
+        open::<WIDE>(kernel, state, aad, buf, tag, tail)
+    } else {
+        open::<NARROW>(kernel, state, aad, buf, tag, tail)
+    }
+}
+
+/// Open with keystream batches of up to `LANES / 2` blocks. The ciphertext is all there
+/// from the start, so the MAC rides along with every batch after the first, the last
+/// chunk's blocks included when the next batch is the last.
+fn open<const LANES: usize>(
+    kernel: Kernel,
+    state: Zeroizing<[u32; 16]>,
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; TAG_LEN],
+    tail: &mut [u8],
+) -> Result<(), Error> {
     let len = buf.len();
-    let (mut ks, mut next) = (AeadBatch::new(), AeadBatch::new());
-    let (mut ks, mut next) = (&mut ks, &mut next);
-    // `ks` holds blocks `counter..counter + held`; the chunk it decrypts starts `skip` bytes
-    // into it.
+    // The first batch may hold sixteen blocks, the later ones (which carry the MAC) eight.
+    let (mut first, mut second) = (Batch::<LANES>::new(), Batch::<NARROW>::new());
+    let (mut ks, mut next): (&mut [Lane], &mut [Lane]) = (&mut first.0, &mut second.0);
+    // `ks` holds blocks `counter..counter + held` and decrypts `buf[pos..end]`, which starts
+    // `skip` bytes into it; the MAC has absorbed `buf[..absorbed]`.
     let mut held = kernel.batch(&state, 0, blocks_for(64 + len + tail.len()), ks, None);
-    let mut mac = mac_from(ks.bytes());
+    let mut mac = mac_from(bytemuck::cast_slice(ks));
     mac.update_padded(aad);
-    let (mut counter, mut skip, mut pos) = (0u32, 64, 0);
+    let (mut counter, mut skip, mut pos, mut absorbed) = (0u32, 64, 0, 0);
     loop {
-        let chunk_len = (len - pos).min(held * 64 - skip);
-        let chunk = &mut buf[pos..pos + chunk_len];
-        if pos + chunk_len == len {
-            mac.update_padded(chunk);
-            ks.xor_into(skip, chunk);
+        let end = len.min(pos + held * 64 - skip);
+        if end == len {
             break;
         }
-        // `chunk` fills the rest of `ks` since more follows: whole Poly1305 blocks.
+        // More follows. A batch that carries a MAC holds at least eight blocks, so if what
+        // follows fits in eight, the next batch is the last and absorbs the rest of the
+        // ciphertext as well; else up to `end`. Whole blocks only: `end` is a whole number of
+        // blocks into the message, and a short last block is left for the padding below.
+        let upto = if len - end <= MAC_BATCH_BLOCKS * 64 {
+            absorbed + (len - absorbed) / BLOCK * BLOCK
+        } else {
+            end.max(absorbed)
+        };
         let next_counter = counter.wrapping_add(held as u32);
-        let wanted = blocks_for(len - pos - chunk_len + tail.len());
+        let wanted = blocks_for(len - end + tail.len());
         let next_held = kernel.batch(
             &state,
             next_counter,
             wanted,
             next,
-            Some((&mut mac, &*chunk)),
+            Some((&mut mac, &buf[absorbed..upto])),
         );
-        ks.xor_into(skip, chunk);
+        absorbed = upto;
+        // Decrypt only what the MAC has seen.
+        xor_lanes(kernel, ks, skip, &mut buf[pos..end]);
         mem::swap(&mut ks, &mut next);
-        (counter, held, skip, pos) = (next_counter, next_held, 0, pos + chunk_len);
+        (counter, held, skip, pos) = (next_counter, next_held, 0, end);
     }
+    kernel.absorb(&mut mac, &buf[absorbed..]);
+    xor_lanes(kernel, ks, skip, &mut buf[pos..]);
     let expected = finish_tag(mac, aad.len(), len);
     if !bool::from(expected.ct_eq(tag)) {
         // Undo the decryption: XOR the same keystream again.
@@ -155,7 +197,7 @@ pub fn open_in_place_with_tail(
         // Usually inside the batch the last chunk came from (the onion filler is).
         let (at, start) = (64 + len as u64, u64::from(counter) * 64);
         if at + tail.len() as u64 <= start + held as u64 * 64 {
-            ks.xor_into((at - start) as usize, tail);
+            xor_lanes(kernel, ks, (at - start) as usize, tail);
         } else {
             let mut stream = ChaCha20::with_kernel(kernel, state);
             stream.seek(at);
@@ -192,12 +234,18 @@ fn mac_from(block0: &[u8]) -> Poly1305 {
     Poly1305::new(&otk)
 }
 
-/// The AEAD's keystream batches hold eight blocks (16 lanes), so the kernels never take
-/// their 16-block path here: Poly1305 (about 13 cycles per 16-byte block, one multiply
-/// chain) is the longer task, and eight-block batches give it about three blocks per double
-/// round to overlap with, where sixteen would leave more of it running alone (measured:
-/// docs/benchmarks.md). Half the size also halves what each seal or open zeroes and wipes.
-type AeadBatch = Batch<16>;
+/// Lanes of the AEAD's keystream batches when Poly1305 runs on the scalar multiplier: eight
+/// blocks, so the kernels never take their 16-block path. Poly1305 (about 13 cycles per
+/// 16-byte block, one multiply chain) is then the longer task, and eight-block batches give
+/// it about three blocks per double round to overlap with, where sixteen would leave more of
+/// it running alone (measured: docs/benchmarks.md). Half the size also halves what each seal
+/// or open zeroes and wipes.
+const NARROW: usize = 16;
+/// Lanes of the AEAD's keystream batches when Poly1305 runs in vector lanes: sixteen blocks,
+/// so a long enough message's first batch (which cannot carry the MAC: block 0 is its key)
+/// takes the 512-bit kernel, 1.6 times cheaper per block. Batches that carry the MAC still
+/// hold eight.
+const WIDE: usize = 32;
 
 fn check_len(len: usize) -> Result<(), Error> {
     if len as u64 > MAX_MESSAGE_LEN {

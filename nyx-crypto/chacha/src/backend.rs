@@ -17,14 +17,22 @@ pub enum Backend {
     /// Eight blocks at a time in 256-bit AVX2 registers (x86-64 CPUs from 2013 on).
     Avx2,
     /// As [`Backend::Avx2`], plus AVX-512VL's rotate instruction and its 32 vector
-    /// registers, still on 256-bit vectors (x86-64 CPUs with AVX-512: Intel from 2017, AMD
-    /// from Zen 4).
+    /// registers, still on 256-bit vectors, and sixteen blocks at a time in 512-bit ones for
+    /// long keystream (x86-64 CPUs with AVX-512: Intel from 2017, AMD from Zen 4).
     Avx512Vl,
+    /// As [`Backend::Avx512Vl`], with Poly1305 four blocks at a time in vector lanes on
+    /// AVX-512 IFMA's 52-bit multipliers (Intel from Ice Lake, AMD from Zen 4).
+    Avx512Ifma,
 }
 
 impl Backend {
     /// Every backend, slowest first.
-    pub const ALL: [Backend; 3] = [Backend::Portable, Backend::Avx2, Backend::Avx512Vl];
+    pub const ALL: [Backend; 4] = [
+        Backend::Portable,
+        Backend::Avx2,
+        Backend::Avx512Vl,
+        Backend::Avx512Ifma,
+    ];
 
     /// The fastest backend this CPU supports.
     pub fn detect() -> Backend {
@@ -43,6 +51,8 @@ impl Backend {
             Backend::Avx2 => crate::x86::Simd::avx2().is_some(),
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512Vl => crate::x86::Simd::avx512vl().is_some(),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512Ifma => crate::x86::Simd::avx512ifma().is_some(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -54,6 +64,7 @@ impl Backend {
             Backend::Portable => "portable",
             Backend::Avx2 => "avx2",
             Backend::Avx512Vl => "avx512vl",
+            Backend::Avx512Ifma => "avx512ifma",
         }
     }
 
@@ -66,6 +77,10 @@ impl Backend {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512Vl => {
                 crate::x86::Simd::avx512vl().map_or(Kernel::Portable, Kernel::Simd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512Ifma => {
+                crate::x86::Simd::avx512ifma().map_or(Kernel::Portable, Kernel::Simd)
             }
             #[cfg(not(target_arch = "x86_64"))]
             _ => Kernel::Portable,
@@ -83,24 +98,61 @@ pub(crate) enum Kernel {
 
 impl Kernel {
     /// Keystream blocks `counter..` into `out`, absorbing `mac`'s whole 16-byte blocks into
-    /// its Poly1305 on the way. Returns how many blocks `out` now holds: at least one, at
-    /// most what it has room for, and `wanted` or more when `wanted` is at most eight.
+    /// its Poly1305 on the way. Returns how many blocks `out` now holds: at least
+    /// `min(wanted, 8)` (and at least one), at most what it has room for, and with `mac`, at
+    /// least [`MAC_BATCH_BLOCKS`] if `out` has room for them.
     #[inline]
-    pub(crate) fn batch<const LANES: usize>(
+    pub(crate) fn batch(
         self,
         state: &[u32; 16],
         counter: u32,
         wanted: usize,
-        out: &mut Batch<LANES>,
+        out: &mut [Lane],
         mac: Option<(&mut Poly1305, &[u8])>,
     ) -> usize {
         match self {
-            Kernel::Portable => portable::batch(state, counter, wanted, &mut out.0, mac),
+            Kernel::Portable => portable::batch(state, counter, wanted, out, mac),
             #[cfg(target_arch = "x86_64")]
-            Kernel::Simd(simd) => simd.batch(state, counter, wanted, &mut out.0, mac),
+            Kernel::Simd(simd) => simd.batch(state, counter, wanted, out, mac),
         }
     }
 }
+
+impl Kernel {
+    /// `data ^= keystream` (of the same length).
+    #[inline]
+    pub(crate) fn xor(self, keystream: &[u8], data: &mut [u8]) {
+        match self {
+            Kernel::Portable => xor(keystream, data),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Simd(simd) => simd.xor(keystream, data),
+        }
+    }
+
+    /// Whether Poly1305 runs in vector lanes (AVX-512 IFMA) rather than on the scalar
+    /// multiplier.
+    pub(crate) fn mac_in_vectors(self) -> bool {
+        match self {
+            Kernel::Portable => false,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Simd(simd) => simd.mac_in_vectors(),
+        }
+    }
+
+    /// Absorb `data` into `poly`, zero-padding a short last block (the AEAD's padding):
+    /// four blocks at a time in vector lanes where the CPU has them.
+    #[inline]
+    pub(crate) fn absorb(self, poly: &mut Poly1305, data: &[u8]) {
+        match self {
+            Kernel::Portable => poly.update_padded(data),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Simd(simd) => simd.absorb(poly, data),
+        }
+    }
+}
+
+/// The fewest blocks a batch that carries a MAC holds (if its buffer has room).
+pub(crate) const MAC_BATCH_BLOCKS: usize = 8;
 
 /// The most blocks one batch holds.
 pub(crate) const MAX_BATCH_BLOCKS: usize = 16;
@@ -127,19 +179,32 @@ impl<const LANES: usize> Batch<LANES> {
         bytemuck::cast_slice(&self.0)
     }
 
-    /// XOR keystream bytes `skip..skip + data.len()` into `data`.
+    /// XOR keystream bytes `skip..skip + data.len()` into `data`, on `kernel`'s vectors.
     #[inline]
-    pub(crate) fn xor_into(&self, skip: usize, data: &mut [u8]) {
-        let keystream = &self.bytes()[skip..skip + data.len()];
-        for (d, k) in data.iter_mut().zip(keystream) {
-            *d ^= *k;
-        }
+    pub(crate) fn xor_into(&self, kernel: Kernel, skip: usize, data: &mut [u8]) {
+        xor_lanes(kernel, &self.0, skip, data);
     }
+}
+
+/// XOR the keystream bytes `skip..skip + data.len()` of `lanes` into `data`.
+#[inline]
+pub(crate) fn xor_lanes(kernel: Kernel, lanes: &[Lane], skip: usize, data: &mut [u8]) {
+    let keystream: &[u8] = bytemuck::cast_slice(lanes);
+    kernel.xor(&keystream[skip..skip + data.len()], data);
 }
 
 impl<const LANES: usize> Drop for Batch<LANES> {
     fn drop(&mut self) {
         self.0.zeroize();
+    }
+}
+
+/// `data ^= keystream`, byte by byte (which the compiler turns into the widest vectors the
+/// build allows).
+#[inline(always)]
+pub(crate) fn xor(keystream: &[u8], data: &mut [u8]) {
+    for (d, k) in data.iter_mut().zip(keystream) {
+        *d ^= *k;
     }
 }
 

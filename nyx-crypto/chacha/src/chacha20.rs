@@ -100,7 +100,7 @@ impl ChaCha20 {
             let skip = (self.offset - first * 64) as usize;
             let n = (blocks * 64 - skip).min(data.len());
             let (now, rest) = data.split_at_mut(n);
-            self.batch.xor_into(skip, now);
+            self.batch.xor_into(self.kernel, skip, now);
             self.offset += n as u64;
             data = rest;
         }
@@ -118,7 +118,7 @@ impl ChaCha20 {
             _ => {
                 let blocks =
                     self.kernel
-                        .batch(&self.state, block as u32, wanted, &mut self.batch, None);
+                        .batch(&self.state, block as u32, wanted, &mut self.batch.0, None);
                 self.cached = Some((block, blocks));
                 blocks
             }

@@ -39,7 +39,40 @@ pub struct Poly1305 {
     h1: u64,
     h2: u64,
     s: [u64; 2],
+    /// The vector kernels' form of the accumulator, in use while `wide.active`.
+    wide: Wide,
 }
+
+/// Poly1305's accumulator as the vector kernels keep it: four lanes, lane `k` absorbing
+/// block `k` of every group of four (in the order `0, 2, 1, 3`, the order the kernels load
+/// the blocks in), each lane's value in three limbs of 44, 44 and 42 bits, the width AVX-512
+/// IFMA's 52-bit multipliers take with room for sums.
+///
+/// Meaning: the true accumulator is `h = Σ_k acc_k · r^e(k)`, with `e = 4, 2, 3, 1` for
+/// lanes `0, 1, 2, 3`, because each group updates `acc_k ← acc_k · r^4 + m_k` (the first
+/// one `acc_k ← acc_k + m_k`, with the scalar accumulator in lane 0 before it).
+/// [`Poly1305::narrow`] folds the lanes back with Horner's rule, which is exactly that sum.
+/// Wiped with the rest of the state.
+#[derive(Clone, Default, Zeroize)]
+pub(crate) struct Wide {
+    /// Limb `i` of lanes `0..4` in `acc[i]`; below 2^45 between groups.
+    pub(crate) acc: [[u64; 4]; 3],
+    /// The limbs of `r^4 mod p` once `has_r4`: below 2^44, 2^44, 2^43.
+    pub(crate) r4: [u64; 3],
+    /// Limb `i` of each lane's power of r in the sum above (`r^4, r^2, r^3, r`), for
+    /// folding the lanes back in vectors ([`Poly1305::narrow_from`]).
+    pub(crate) powers: [[u64; 4]; 3],
+    /// No group absorbed yet: the next is added, not multiplied in.
+    pub(crate) fresh: bool,
+    /// `acc` holds the accumulator (the scalar `h` is zero).
+    pub(crate) active: bool,
+    has_r4: bool,
+}
+
+/// The low 44 bits: the width of the lower two limbs.
+const M44: u64 = (1 << 44) - 1;
+/// The low 42 bits: the width of the top limb.
+const M42: u64 = (1 << 42) - 1;
 
 impl Poly1305 {
     /// Start a MAC under the one-time key `key` (`r || s`, clamped here).
@@ -54,21 +87,100 @@ impl Poly1305 {
             h1: 0,
             h2: 0,
             s: [le64(&key[16..24]), le64(&key[24..32])],
+            wide: Wide::default(),
         }
+    }
+
+    /// The accumulator in the vector kernels' form, converting the scalar one (and
+    /// computing `r^4`) on the first call; later calls return it as the kernel left it.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn widen(&mut self) -> &mut Wide {
+        if !self.wide.has_r4 {
+            // r^2, r^3, r^4: steps of `h = (h + v) · r` from h = 0, v = r, then v = 0.
+            let r = (self.r0, self.r1, self.s1);
+            let r2 = add_mul((0, 0, 0), (self.r0, self.r1, 0), r);
+            let r3 = add_mul(r2, (0, 0, 0), r);
+            let r4 = add_mul(r3, (0, 0, 0), r);
+            let lanes = [r4, r2, r3, (self.r0, self.r1, 0)];
+            for (k, (v0, v1, v2)) in lanes.into_iter().enumerate() {
+                for (i, l) in limbs(v0, v1, v2).into_iter().enumerate() {
+                    self.wide.powers[i][k] = l;
+                }
+            }
+            self.wide.r4 = limbs(r4.0, r4.1, r4.2);
+            self.wide.has_r4 = true;
+        }
+        if !self.wide.active {
+            self.wide.acc = [[0; 4]; 3];
+            for (a, l) in self
+                .wide
+                .acc
+                .iter_mut()
+                .zip(limbs(self.h0, self.h1, self.h2))
+            {
+                a[0] = l;
+            }
+            (self.h0, self.h1, self.h2) = (0, 0, 0);
+            self.wide.fresh = true;
+            self.wide.active = true;
+        }
+        &mut self.wide
+    }
+
+    /// Fold the vector kernels' lanes back into the scalar accumulator (a no-op when they
+    /// hold nothing): Horner's rule over lanes `0, 2, 1, 3`, so lane 0 gets `r^4`, lane 2
+    /// `r^3`, lane 1 `r^2` and lane 3 `r`, which is what [`Wide`]'s meaning asks for.
+    fn narrow(&mut self) {
+        if !self.wide.active {
+            return;
+        }
+        let acc = self.wide.acc;
+        let lane = |k: usize| value([acc[0][k], acc[1][k], acc[2][k]]);
+        if self.wide.fresh {
+            // Only the scalar accumulator, unmultiplied, in lane 0.
+            (self.h0, self.h1, self.h2) = lane(0);
+        } else {
+            for k in [0, 2, 1, 3] {
+                let (v0, v1, v2) = lane(k);
+                self.add_mul(v0, v1, v2);
+            }
+        }
+        self.wide.acc.zeroize();
+        self.wide.active = false;
+    }
+
+    /// Whether the vector kernels hold the accumulator.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn is_wide(&self) -> bool {
+        self.wide.active
+    }
+
+    /// Take back the accumulator from the vector kernels, which have folded the lanes
+    /// (each multiplied by its power in `Wide::powers`) into `sums`: three limbs of weights
+    /// 2^0, 2^44, 2^88, each below 2^52.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn narrow_from(&mut self, sums: [u64; 3]) {
+        (self.h0, self.h1, self.h2) = value(sums);
+        self.wide.acc.zeroize();
+        self.wide.active = false;
     }
 
     /// Absorb `data` as 16-byte blocks, the last one zero-padded to 16 bytes (RFC 8439's
     /// AEAD construction pads every field this way, so each block carries the 2^128 bit).
     pub fn update_padded(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        self.narrow();
         let mut chunks = data.chunks_exact(BLOCK);
         for block in &mut chunks {
-            self.block(le64(&block[0..8]), le64(&block[8..16]), 1);
+            self.add_mul(le64(&block[0..8]), le64(&block[8..16]), 1);
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
             let mut last = [0u8; BLOCK];
             last[..rest.len()].copy_from_slice(rest);
-            self.block(le64(&last[0..8]), le64(&last[8..16]), 1);
+            self.add_mul(le64(&last[0..8]), le64(&last[8..16]), 1);
         }
     }
 
@@ -76,8 +188,12 @@ impl Poly1305 {
     /// ignored). The stitched kernels call this between ChaCha20 rounds.
     #[inline(always)]
     pub(crate) fn absorb_blocks(&mut self, data: &[u8]) {
+        if data.len() < BLOCK {
+            return;
+        }
+        self.narrow();
         for block in data.chunks_exact(BLOCK) {
-            self.block(le64(&block[0..8]), le64(&block[8..16]), 1);
+            self.add_mul(le64(&block[0..8]), le64(&block[8..16]), 1);
         }
     }
 
@@ -85,69 +201,118 @@ impl Poly1305 {
     /// short final block gets a `0x01` byte after it instead of the 2^128 bit. The AEAD
     /// never needs this; it is here for Poly1305's own test vectors.
     pub fn finish_message(mut self, data: &[u8]) -> [u8; TAG_LEN] {
+        self.narrow();
         let mut chunks = data.chunks_exact(BLOCK);
         for block in &mut chunks {
-            self.block(le64(&block[0..8]), le64(&block[8..16]), 1);
+            self.add_mul(le64(&block[0..8]), le64(&block[8..16]), 1);
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
             let mut last = [0u8; BLOCK];
             last[..rest.len()].copy_from_slice(rest);
             last[rest.len()] = 1;
-            self.block(le64(&last[0..8]), le64(&last[8..16]), 0);
+            self.add_mul(le64(&last[0..8]), le64(&last[8..16]), 0);
         }
         self.finalize()
     }
 
-    /// `h = (h + m) · r mod p`, partially reduced; `hibit` is 1 for a full block.
+    /// `h = (h + v) · r mod p`: see [`add_mul`].
     #[inline(always)]
-    fn block(&mut self, m0: u64, m1: u64, hibit: u64) {
-        // h += m
-        let (h0, c) = self.h0.overflowing_add(m0);
-        let (h1, c1) = self.h1.overflowing_add(m1);
-        let (h1, c2) = h1.overflowing_add(u64::from(c));
-        let h2 = self.h2 + hibit + u64::from(c1) + u64::from(c2);
-
-        // h * r
-        let d0 = mul(h0, self.r0) + mul(h1, self.s1);
-        let d1 = mul(h0, self.r1) + mul(h1, self.r0) + mul(h2, self.s1);
-        let d2 = h2 * self.r0;
-
-        // Carry d0 -> d1 -> d2.
-        let h0 = d0 as u64;
-        let d1 = d1 + (d0 >> 64);
-        let h1 = d1 as u64;
-        let d2 = d2 + (d1 >> 64) as u64;
-
-        // Fold the bits above 2^130 back in: 2^130 ≡ 5.
-        let c = (d2 >> 2) * 5;
-        let (h0, c0) = h0.overflowing_add(c);
-        let (h1, c1) = h1.overflowing_add(u64::from(c0));
-        self.h0 = h0;
-        self.h1 = h1;
-        self.h2 = (d2 & 3) + u64::from(c1);
+    fn add_mul(&mut self, v0: u64, v1: u64, v2: u64) {
+        (self.h0, self.h1, self.h2) = add_mul(
+            (self.h0, self.h1, self.h2),
+            (v0, v1, v2),
+            (self.r0, self.r1, self.s1),
+        );
     }
 
     /// Reduce fully and add `s`: the tag.
     pub fn finalize(mut self) -> [u8; TAG_LEN] {
-        // h < 2^130 + 2^128 < 2p, so one conditional subtraction of p reduces it. g = h + 5;
-        // if g reaches 2^130 then h >= p and h - p is g's low 130 bits.
-        let (g0, c) = self.h0.overflowing_add(5);
-        let (g1, c) = self.h1.overflowing_add(u64::from(c));
-        let g2 = self.h2 + u64::from(c);
-        // all ones when h >= p, else zero.
-        let use_g = 0u64.wrapping_sub(g2 >> 2);
-        let h0 = (g0 & use_g) | (self.h0 & !use_g);
-        let h1 = (g1 & use_g) | (self.h1 & !use_g);
+        self.narrow();
+        let (h0, h1, _) = reduce((self.h0, self.h1, self.h2));
 
         let (t0, c) = h0.overflowing_add(self.s[0]);
         let t1 = h1.wrapping_add(self.s[1]).wrapping_add(u64::from(c));
         let mut tag = [0u8; TAG_LEN];
         tag[..8].copy_from_slice(&t0.to_le_bytes());
         tag[8..].copy_from_slice(&t1.to_le_bytes());
-        self.zeroize();
+        // Dropping `self` wipes the state.
         tag
     }
+}
+
+/// `h = (h + v) · r mod p`, partially reduced, for `h = h0 + 2^64 h1 + 2^128 h2` with
+/// `h2 <= 4`, `v = v0 + 2^64 v1 + 2^128 v2` a message block (`v2` its 2^128 bit) or a lane
+/// of [`Wide`] (`v2 <= 3`), and `r = (r0, r1, s1)` clamped as in the module's comment. The
+/// sum's top word is then at most 9, so `h2 · r0 < 2^64` (`r0 < 2^60`) and the fold cannot
+/// overflow either; the result again has `h2 <= 4`.
+#[inline(always)]
+fn add_mul(h: (u64, u64, u64), v: (u64, u64, u64), r: (u64, u64, u64)) -> (u64, u64, u64) {
+    let (r0, r1, s1) = r;
+    let (h0, c) = h.0.overflowing_add(v.0);
+    let (h1, c1) = h.1.overflowing_add(v.1);
+    let (h1, c2) = h1.overflowing_add(u64::from(c));
+    let h2 = h.2 + v.2 + u64::from(c1) + u64::from(c2);
+
+    // h * r
+    let d0 = mul(h0, r0) + mul(h1, s1);
+    let d1 = mul(h0, r1) + mul(h1, r0) + mul(h2, s1);
+    let d2 = h2 * r0;
+
+    // Carry d0 -> d1 -> d2.
+    let h0 = d0 as u64;
+    let d1 = d1 + (d0 >> 64);
+    let h1 = d1 as u64;
+    let d2 = d2 + (d1 >> 64) as u64;
+
+    // Fold the bits above 2^130 back in: 2^130 ≡ 5.
+    let c = (d2 >> 2) * 5;
+    let (h0, c0) = h0.overflowing_add(c);
+    let (h1, c1) = h1.overflowing_add(u64::from(c0));
+    (h0, h1, (d2 & 3) + u64::from(c1))
+}
+
+/// `h mod p` for `h < 2^130 + 2^128 < 2p`: one conditional subtraction of p reduces it.
+/// With g = h + 5, if g reaches 2^130 then h >= p and h - p is g's low 130 bits.
+fn reduce(h: (u64, u64, u64)) -> (u64, u64, u64) {
+    let (g0, c) = h.0.overflowing_add(5);
+    let (g1, c) = h.1.overflowing_add(u64::from(c));
+    let g2 = h.2 + u64::from(c);
+    // all ones when h >= p, else zero.
+    let use_g = 0u64.wrapping_sub(g2 >> 2);
+    (
+        (g0 & use_g) | (h.0 & !use_g),
+        (g1 & use_g) | (h.1 & !use_g),
+        (g2 & 3 & use_g) | (h.2 & !use_g),
+    )
+}
+
+/// `v0 + 2^64 v1 + 2^128 v2` (`v2 <= 4`) in limbs of 44, 44 and 42 bits; the top one
+/// takes what is above 2^88, so it stays below 2^43.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn limbs(v0: u64, v1: u64, v2: u64) -> [u64; 3] {
+    [
+        v0 & M44,
+        ((v0 >> 44) | (v1 << 20)) & M44,
+        (v1 >> 24) | (v2 << 40),
+    ]
+}
+
+/// A lane's limbs (each below 2^52) carried and folded into `v0 + 2^64 v1 + 2^128 v2`,
+/// congruent mod p, with `v2 <= 3`.
+fn value(mut l: [u64; 3]) -> (u64, u64, u64) {
+    l[1] += l[0] >> 44;
+    l[0] &= M44;
+    l[2] += l[1] >> 44;
+    l[1] &= M44;
+    l[0] += 5 * (l[2] >> 42);
+    l[2] &= M42;
+    l[1] += l[0] >> 44;
+    l[0] &= M44;
+    // l[1] may exceed 44 bits by a few units; the sum still stays below 2^128.
+    let low =
+        u128::from(l[0]) + (u128::from(l[1]) << 44) + (u128::from(l[2] & ((1 << 40) - 1)) << 88);
+    (low as u64, (low >> 64) as u64, l[2] >> 40)
 }
 
 impl std::fmt::Debug for Poly1305 {
@@ -267,5 +432,54 @@ mod tests {
         let mut a = Poly1305::new(&k);
         a.update_padded(&msg);
         assert_eq!(a.finalize(), Poly1305::new(&k).finish_message(&padded));
+    }
+
+    /// The vector kernels' lanes (AVX-512 IFMA here) against the scalar code: unstitched,
+    /// stitched into a keystream batch, and split across calls, after a scalar prefix, with
+    /// the largest limbs there can be (every clamped bit of r set, all-ones blocks) as well
+    /// as zeros and a pattern, at lengths around the 64-byte groups.
+    #[test]
+    fn vector_lanes_agree_with_the_scalar_code() {
+        let pattern: [u8; 32] = core::array::from_fn(|i| (i * 37 + 11) as u8);
+        let keys = [[0xff; 32], [0; 32], pattern];
+        let backends = crate::Backend::ALL.into_iter().filter(|b| b.is_available());
+        for kernel in backends.map(crate::Backend::kernel) {
+            for key in &keys {
+                for fill in [0xffu8, 0, 0x5a] {
+                    for len in [0, 15, 16, 63, 64, 65, 127, 128, 320, 1024, 4113] {
+                        let data: Vec<u8> = (0..len)
+                            .map(|i| {
+                                if fill == 0x5a {
+                                    (i * 131 + 7) as u8
+                                } else {
+                                    fill
+                                }
+                            })
+                            .collect();
+                        let start = || {
+                            let mut p = Poly1305::new(key);
+                            p.update_padded(b"thirteen byte");
+                            p
+                        };
+                        let mut want = start();
+                        want.update_padded(&data);
+                        let want = want.finalize();
+
+                        let mut once = start();
+                        kernel.absorb(&mut once, &data);
+                        assert_eq!(once.finalize(), want, "absorb, len {len}");
+
+                        let whole = len / BLOCK * BLOCK;
+                        let mut stitched = start();
+                        let mut out = crate::backend::Batch::<32>::new();
+                        let (a, b) = data[..whole].split_at(whole / 2 / 64 * 64);
+                        kernel.batch(&[0; 16], 0, 8, &mut out.0, Some((&mut stitched, a)));
+                        kernel.batch(&[0; 16], 8, 8, &mut out.0, Some((&mut stitched, b)));
+                        kernel.absorb(&mut stitched, &data[whole..]);
+                        assert_eq!(stitched.finalize(), want, "stitched, len {len}");
+                    }
+                }
+            }
+        }
     }
 }

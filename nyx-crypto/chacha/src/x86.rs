@@ -1,33 +1,42 @@
 //! The x86-64 kernels: eight ChaCha20 blocks at once, one block per 32-bit lane of 256-bit
-//! vectors, with Poly1305 blocks absorbed on the scalar multiplier between the double rounds;
-//! and on AVX-512, sixteen blocks in 512-bit vectors for long keystream.
+//! vectors, with Poly1305 absorbed between the double rounds; on AVX-512, sixteen blocks in
+//! 512-bit vectors for long keystream; and on AVX-512 IFMA, Poly1305 itself four blocks at a
+//! time in vector lanes.
 //!
-//! Two builds of the same kernel (one macro): AVX2, and AVX2 + AVX-512F + AVX-512VL, which
-//! rotates with one instruction (`vprold`) where AVX2 needs a shuffle or two shifts and an
-//! OR, and has 32 vector registers, so the 16 state vectors never spill.
+//! Three builds of the same ChaCha20 kernel (one macro): AVX2; AVX2 + AVX-512F +
+//! AVX-512VL, which rotates with one instruction (`vprold`) where AVX2 needs a shuffle or two
+//! shifts and an OR, and has 32 vector registers, so the 16 state vectors never spill; and
+//! that plus AVX-512 IFMA (52-bit multiply-add), whose kernel absorbs Poly1305 in vector
+//! lanes (`avx512ifma::Lanes`) instead of on the scalar multiplier.
 //!
 //! This is the crate's only unsafe code, and all of it is the call into a
 //! `#[target_feature]` function, which is sound only on a CPU that has the feature. A
-//! [`Simd`] is that proof: its field is private, so it exists only if [`Simd::avx2`] or
-//! [`Simd::avx512vl`] saw the features reported by the CPU (`is_x86_feature_detected!`).
+//! [`Simd`] is that proof: its fields are private, so it exists only if one of its
+//! constructors saw the features reported by the CPU (`is_x86_feature_detected!`).
 //! Inside the kernels every intrinsic is safe to call (their features are enabled), and the
 //! results are stored into an array of vectors (`Batch`), which the rest of the crate reads
-//! through `bytemuck`'s safe byte views: no raw pointer is touched.
+//! through `bytemuck`'s safe byte views; message bytes are read into vectors with
+//! `bytemuck::pod_read_unaligned`: no raw pointer is touched.
 #![allow(unsafe_code)]
 
 use crate::backend::Lane;
-use crate::poly1305::Poly1305;
+use crate::poly1305::{BLOCK, Poly1305};
 
-/// Proof that this CPU runs AVX2, and with `vl`, also AVX-512F and AVX-512VL.
+/// Proof that this CPU runs AVX2; with `vl`, also AVX-512F and AVX-512VL; with `ifma`, also
+/// AVX-512 IFMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Simd {
     vl: bool,
+    ifma: bool,
 }
 
 impl Simd {
     /// AVX2, if the CPU has it.
     pub(crate) fn avx2() -> Option<Simd> {
-        std::is_x86_feature_detected!("avx2").then_some(Simd { vl: false })
+        std::is_x86_feature_detected!("avx2").then_some(Simd {
+            vl: false,
+            ifma: false,
+        })
     }
 
     /// AVX2 with AVX-512F and AVX-512VL, if the CPU has them.
@@ -35,12 +44,23 @@ impl Simd {
         (std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512vl"))
-        .then_some(Simd { vl: true })
+        .then_some(Simd {
+            vl: true,
+            ifma: false,
+        })
+    }
+
+    /// [`Simd::avx512vl`] plus AVX-512 IFMA, if the CPU has them all.
+    pub(crate) fn avx512ifma() -> Option<Simd> {
+        Simd::avx512vl()
+            .filter(|_| std::is_x86_feature_detected!("avx512ifma"))
+            .map(|simd| Simd { ifma: true, ..simd })
     }
 
     /// Keystream blocks from `counter` into `out`: eight, or sixteen when `wanted` asks for
-    /// more than eight, `out` has room and the CPU has 512-bit vectors. `mac`'s
-    /// whole 16-byte blocks are absorbed between the rounds. Returns the number of blocks.
+    /// more than eight, `out` has room, no MAC rides along and the CPU has 512-bit vectors.
+    /// `mac`'s whole 16-byte blocks are absorbed between the rounds. Returns the number of
+    /// blocks.
     #[inline]
     pub(crate) fn batch(
         self,
@@ -50,26 +70,84 @@ impl Simd {
         out: &mut [Lane],
         mac: Option<(&mut Poly1305, &[u8])>,
     ) -> usize {
-        match (self.vl, wanted > 8 && out.len() >= 32) {
-            // SAFETY: `vl` is true only in a `Simd` made by `avx512vl()`, which saw this CPU
-            // report AVX2, AVX-512F and AVX-512VL: every feature `avx512vl::*` enables.
-            (true, true) => unsafe { avx512vl::batch16(state, counter, out, mac) },
-            // SAFETY: as above.
+        let sixteen = self.vl && mac.is_none() && wanted > 8 && out.len() >= 32;
+        match (self.vl, self.ifma) {
+            // SAFETY: `vl` is true only in a `Simd` made by `avx512vl()` (or from one by
+            // `avx512ifma()`), which saw this CPU report AVX2, AVX-512F and AVX-512VL: every
+            // feature `avx512vl::*` enables.
+            (true, _) if sixteen => unsafe { avx512vl::batch16(state, counter, out) },
+            // SAFETY: `ifma` is true only in a `Simd` made by `avx512ifma()`, which saw this
+            // CPU report those features and AVX-512 IFMA: every feature `avx512ifma::*`
+            // enables.
+            (true, true) => unsafe { avx512ifma::batch8(state, counter, out, mac) },
+            // SAFETY: as for `batch16`.
             (true, false) => unsafe { avx512vl::batch8(state, counter, out, mac) },
-            // SAFETY: every `Simd` was made by `avx2()` or `avx512vl()`, and both saw this
-            // CPU report AVX2, the one feature `avx2::batch8` enables.
+            // SAFETY: every `Simd` was made by one of the constructors, and all saw this CPU
+            // report AVX2, the one feature `avx2::batch8` enables.
             (false, _) => unsafe { avx2::batch8(state, counter, out, mac) },
+        }
+    }
+
+    /// `data ^= keystream`, 32 bytes at a time.
+    #[inline]
+    pub(crate) fn xor(self, keystream: &[u8], data: &mut [u8]) {
+        // SAFETY: every `Simd` saw this CPU report AVX2, the one feature `avx2::xor` enables.
+        unsafe { avx2::xor(keystream, data) }
+    }
+
+    /// Whether [`Simd::absorb`] and the stitched kernels run Poly1305 in vector lanes.
+    pub(crate) fn mac_in_vectors(self) -> bool {
+        self.ifma
+    }
+
+    /// Absorb `data` into `poly` as the AEAD pads it (a short last block zero-padded): in
+    /// vector lanes, four blocks at a time, on AVX-512 IFMA; on the scalar code otherwise.
+    #[inline]
+    pub(crate) fn absorb(self, poly: &mut Poly1305, data: &[u8]) {
+        if self.ifma {
+            // SAFETY: as for `avx512ifma::batch8` above.
+            unsafe { avx512ifma::absorb(poly, data) }
+        } else {
+            poly.update_padded(data);
         }
     }
 }
 
-/// The kernel, for the target features `$features`; the module that expands it supplies
-/// `rotl16`, `rotl12`, `rotl8` and `rotl7` for those features.
+/// Stitching on the scalar multiplier: about a tenth of the MAC's blocks after each double
+/// round, independent of the vector work, so the CPU runs both at once.
+struct ScalarMac<'a> {
+    poly: &'a mut Poly1305,
+    data: &'a [u8],
+    blocks: usize,
+}
+
+impl<'a> ScalarMac<'a> {
+    #[inline(always)]
+    fn start(poly: &'a mut Poly1305, data: &'a [u8]) -> Self {
+        let blocks = data.len() / BLOCK;
+        ScalarMac { poly, data, blocks }
+    }
+
+    #[inline(always)]
+    fn round(&mut self, round: usize) {
+        let (from, to) = (round * self.blocks / 10, (round + 1) * self.blocks / 10);
+        self.poly
+            .absorb_blocks(&self.data[from * BLOCK..to * BLOCK]);
+    }
+
+    #[inline(always)]
+    fn finish(self) {}
+}
+
+/// The kernel, for the target features `$features`, stitching Poly1305 in with `$mac` (a
+/// type with `start(poly, data)`, `round(round)` called after each double round, and
+/// `finish()`); the module that expands it supplies `rotl16`, `rotl12`, `rotl8` and `rotl7`
+/// for those features.
 macro_rules! kernel {
-    ($features:literal) => {
+    ($features:literal, $mac:ident) => {
         use core::arch::x86_64::*;
 
-        use crate::poly1305::{BLOCK, Poly1305};
+        use crate::poly1305::Poly1305;
 
         /// Eight blocks; see [`super::Simd::batch`].
         #[target_feature(enable = $features)]
@@ -77,20 +155,22 @@ macro_rules! kernel {
             state: &[u32; 16],
             counter: u32,
             out: &mut [__m256i],
-            mut mac: Option<(&mut Poly1305, &[u8])>,
+            mac: Option<(&mut Poly1305, &[u8])>,
         ) -> usize {
             let input = initial(state, counter);
-            let blocks = mac.as_ref().map_or(0, |(_, data)| data.len() / BLOCK);
             let mut x = input;
-            for round in 0..10 {
-                column_round(&mut x);
-                diagonal_round(&mut x);
-                // About a tenth of the Poly1305 blocks per double round: independent of the
-                // vector work, so the CPU runs both at once.
-                if let Some((poly, data)) = mac.as_mut() {
-                    poly.absorb_blocks(
-                        &data[round * blocks / 10 * BLOCK..(round + 1) * blocks / 10 * BLOCK],
-                    );
+            if let Some((poly, data)) = mac {
+                let mut mac = $mac::start(poly, data);
+                for round in 0..10 {
+                    column_round(&mut x);
+                    diagonal_round(&mut x);
+                    mac.round(round);
+                }
+                mac.finish();
+            } else {
+                for _ in 0..10 {
+                    column_round(&mut x);
+                    diagonal_round(&mut x);
                 }
             }
             finish(&mut x, &input);
@@ -184,7 +264,15 @@ macro_rules! kernel {
 
 /// AVX2: rotations by 16 and 8 are byte shuffles, by 12 and 7 two shifts and an OR.
 mod avx2 {
-    kernel!("avx2");
+    use super::ScalarMac;
+
+    kernel!("avx2", ScalarMac);
+
+    /// See [`super::Simd::xor`]: the portable loop, compiled for AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn xor(keystream: &[u8], data: &mut [u8]) {
+        crate::backend::xor(keystream, data);
+    }
 
     #[target_feature(enable = "avx2")]
     #[inline]
@@ -223,16 +311,13 @@ mod avx2 {
 /// use 512-bit registers: twice the independent work per round hides the rotations'
 /// latency (two cycles on AMD Zen 4, where a round of eight blocks waits on it).
 mod avx512vl {
-    kernel!("avx2,avx512f,avx512vl");
+    use super::ScalarMac;
+
+    kernel!("avx2,avx512f,avx512vl", ScalarMac);
 
     /// Sixteen blocks, one per 32-bit lane of 512-bit vectors; see [`super::Simd::batch`].
     #[target_feature(enable = "avx2,avx512f,avx512vl")]
-    pub(super) fn batch16(
-        state: &[u32; 16],
-        counter: u32,
-        out: &mut [__m256i],
-        mut mac: Option<(&mut Poly1305, &[u8])>,
-    ) -> usize {
+    pub(super) fn batch16(state: &[u32; 16], counter: u32, out: &mut [__m256i]) -> usize {
         let mut input = [_mm512_setzero_si512(); 16];
         for (v, w) in input.iter_mut().zip(state) {
             *v = _mm512_set1_epi32(*w as i32);
@@ -241,9 +326,8 @@ mod avx512vl {
             _mm512_set1_epi32(counter as i32),
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         );
-        let blocks = mac.as_ref().map_or(0, |(_, data)| data.len() / BLOCK);
         let mut x = input;
-        for round in 0..10 {
+        for _ in 0..10 {
             quarter_round16(&mut x, 0, 4, 8, 12);
             quarter_round16(&mut x, 1, 5, 9, 13);
             quarter_round16(&mut x, 2, 6, 10, 14);
@@ -252,11 +336,6 @@ mod avx512vl {
             quarter_round16(&mut x, 1, 6, 11, 12);
             quarter_round16(&mut x, 2, 7, 8, 13);
             quarter_round16(&mut x, 3, 4, 9, 14);
-            if let Some((poly, data)) = mac.as_mut() {
-                poly.absorb_blocks(
-                    &data[round * blocks / 10 * BLOCK..(round + 1) * blocks / 10 * BLOCK],
-                );
-            }
         }
         // Blocks 0..8 are the low halves, blocks 8..16 the high halves.
         let mut low = [_mm256_setzero_si256(); 16];
@@ -287,25 +366,261 @@ mod avx512vl {
 
     #[target_feature(enable = "avx2,avx512f,avx512vl")]
     #[inline]
-    fn rotl16(x: __m256i) -> __m256i {
+    pub(super) fn rotl16(x: __m256i) -> __m256i {
         _mm256_rol_epi32::<16>(x)
     }
 
     #[target_feature(enable = "avx2,avx512f,avx512vl")]
     #[inline]
-    fn rotl12(x: __m256i) -> __m256i {
+    pub(super) fn rotl12(x: __m256i) -> __m256i {
         _mm256_rol_epi32::<12>(x)
     }
 
     #[target_feature(enable = "avx2,avx512f,avx512vl")]
     #[inline]
-    fn rotl8(x: __m256i) -> __m256i {
+    pub(super) fn rotl8(x: __m256i) -> __m256i {
         _mm256_rol_epi32::<8>(x)
     }
 
     #[target_feature(enable = "avx2,avx512f,avx512vl")]
     #[inline]
-    fn rotl7(x: __m256i) -> __m256i {
+    pub(super) fn rotl7(x: __m256i) -> __m256i {
         _mm256_rol_epi32::<7>(x)
+    }
+}
+
+/// AVX-512 IFMA: the AVX-512VL kernel, with Poly1305 in four vector lanes instead of on the
+/// scalar multiplier. `vpmadd52luq` / `vpmadd52huq` multiply 52-bit numbers and add the low
+/// or high 52 bits of the 104-bit product, so the accumulator is kept in three limbs of 44,
+/// 44 and 42 bits and a product of two limbs takes two instructions where radix 2^26 on
+/// AVX2 takes one multiply per 26-bit limb pair (25 per block against 18 per four here,
+/// before the carries).
+pub(crate) mod avx512ifma {
+    use super::avx512vl::{rotl7, rotl8, rotl12, rotl16};
+    use crate::poly1305::Wide;
+
+    kernel!("avx2,avx512f,avx512vl,avx512ifma", IfmaMac);
+
+    /// See [`super::Simd::absorb`]. Ends with the accumulator back on the scalar side,
+    /// folded in vectors.
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+    pub(super) fn absorb(poly: &mut Poly1305, data: &[u8]) {
+        let (groups, rest) = data.as_chunks::<64>();
+        if !groups.is_empty() || poly.is_wide() {
+            let mut lanes = Lanes::load(poly.widen());
+            for group in groups {
+                lanes.absorb(group);
+            }
+            let sums = lanes.fold(poly.widen());
+            poly.narrow_from(sums);
+        }
+        poly.update_padded(rest);
+    }
+
+    /// Stitching in vector lanes: a tenth of the MAC's groups of four blocks after each
+    /// double round. The ChaCha20 rounds leave vector ports idle while they wait on their
+    /// rotates; the groups fill them.
+    struct IfmaMac<'a> {
+        poly: &'a mut Poly1305,
+        groups: &'a [[u8; 64]],
+        rest: &'a [u8],
+        lanes: Lanes,
+        done: usize,
+    }
+
+    impl<'a> IfmaMac<'a> {
+        #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+        #[inline]
+        fn start(poly: &'a mut Poly1305, data: &'a [u8]) -> Self {
+            let (groups, rest) = data.as_chunks::<64>();
+            let lanes = Lanes::load(poly.widen());
+            IfmaMac {
+                poly,
+                groups,
+                rest,
+                lanes,
+                done: 0,
+            }
+        }
+
+        #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+        #[inline]
+        fn round(&mut self, round: usize) {
+            let until = (round + 1) * self.groups.len() / 10;
+            for group in &self.groups[self.done..until] {
+                self.lanes.absorb(group);
+            }
+            self.done = until;
+        }
+
+        #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+        #[inline]
+        fn finish(self) {
+            self.lanes.store(self.poly.widen());
+            self.poly.absorb_blocks(self.rest);
+        }
+    }
+
+    /// Poly1305's [`Wide`] accumulator in registers: limb `i` of the four lanes in `acc[i]`,
+    /// beside `r^4`'s limbs and `20 ·` its upper two, broadcast to every lane. Wiped on drop.
+    struct Lanes {
+        acc: [__m256i; 3],
+        r: [__m256i; 3],
+        r20: [__m256i; 2],
+        fresh: bool,
+    }
+
+    /// The low 44 bits.
+    const M44: i64 = (1 << 44) - 1;
+
+    impl Lanes {
+        #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+        #[inline]
+        fn load(wide: &Wide) -> Lanes {
+            let r = wide.r4;
+            Lanes {
+                acc: wide.acc.map(bytemuck::cast),
+                r: [
+                    _mm256_set1_epi64x(r[0] as i64),
+                    _mm256_set1_epi64x(r[1] as i64),
+                    _mm256_set1_epi64x(r[2] as i64),
+                ],
+                r20: [
+                    _mm256_set1_epi64x(20 * r[1] as i64),
+                    _mm256_set1_epi64x(20 * r[2] as i64),
+                ],
+                fresh: wide.fresh,
+            }
+        }
+
+        #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+        #[inline]
+        fn store(&self, wide: &mut Wide) {
+            wide.acc = self.acc.map(bytemuck::cast);
+            wide.fresh = self.fresh;
+        }
+
+        /// One group of four blocks: `acc ← acc · r^4 + m` lane by lane (only `acc ← acc + m`
+        /// for the first group).
+        #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+        #[inline]
+        fn absorb(&mut self, group: &[u8; 64]) {
+            let a: __m256i = bytemuck::pod_read_unaligned(&group[..32]);
+            let b: __m256i = bytemuck::pod_read_unaligned(&group[32..]);
+            // 64-bit lanes: low halves, then high halves, of blocks 0, 2, 1, 3.
+            let lo = _mm256_unpacklo_epi64(a, b);
+            let hi = _mm256_unpackhi_epi64(a, b);
+            let m44 = _mm256_set1_epi64x(M44);
+            let m = [
+                _mm256_and_si256(lo, m44),
+                _mm256_and_si256(
+                    _mm256_or_si256(_mm256_srli_epi64::<44>(lo), _mm256_slli_epi64::<20>(hi)),
+                    m44,
+                ),
+                // The 2^128 bit of a full block is bit 40 of the top limb.
+                _mm256_or_si256(_mm256_srli_epi64::<24>(hi), _mm256_set1_epi64x(1 << 40)),
+            ];
+            if self.fresh {
+                for (acc, m) in self.acc.iter_mut().zip(m) {
+                    *acc = _mm256_add_epi64(*acc, m);
+                }
+                self.fresh = false;
+                return;
+            }
+            self.acc = mul_add(self.acc, self.r, self.r20, m);
+        }
+
+        /// The lanes multiplied by their powers of r (`Wide::powers`) and summed: the
+        /// accumulator's three limbs, each below 2^47.
+        #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+        #[inline]
+        fn fold(&self, wide: &Wide) -> [u64; 3] {
+            let lanes: [[u64; 4]; 3] = if self.fresh {
+                // Only lane 0 holds anything, and it is not multiplied yet.
+                self.acc.map(bytemuck::cast)
+            } else {
+                let p: [__m256i; 3] = wide.powers.map(bytemuck::cast);
+                // 20 x = 16 x + 4 x.
+                let p20 = [p[1], p[2]].map(|x| {
+                    _mm256_add_epi64(_mm256_slli_epi64::<4>(x), _mm256_slli_epi64::<2>(x))
+                });
+                let zero = _mm256_setzero_si256();
+                mul_add(self.acc, p, p20, [zero; 3]).map(bytemuck::cast)
+            };
+            lanes.map(|limb: [u64; 4]| limb.iter().sum())
+        }
+    }
+
+    /// `a · r + m` lane by lane, with one carry pass; `r20` is 20 times `r`'s upper two
+    /// limbs.
+    ///
+    /// Limbs have weights 2^0, 2^44, 2^88; 2^130 ≡ 5, so a product landing at 2^132
+    /// (limbs 1 × 2, 2 × 1) or 2^176 (2 × 2) comes back times 20 at 2^0 or 2^44. Bounds:
+    /// `a`'s limbs are below 2^45, `r`'s below 2^44 and `20 · r` below 2^48.4, so every
+    /// product is below 2^93.4; three low halves and a message limb (below 2^44) sum below
+    /// 2^54, three high halves (weight 2^52) below 2^42. After the carry pass the limbs are
+    /// below 2^44, 2^44 + 2^11 and 2^42.
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+    #[inline]
+    fn mul_add(
+        a: [__m256i; 3],
+        r: [__m256i; 3],
+        r20: [__m256i; 2],
+        m: [__m256i; 3],
+    ) -> [__m256i; 3] {
+        let [a0, a1, a2] = a;
+        let [r0, r1, r2] = r;
+        let [t1, t2] = r20;
+        let zero = _mm256_setzero_si256();
+        // Low halves, with the message limb as the starting sum, and high halves.
+        let x0 = lo3(m[0], [(a0, r0), (a1, t2), (a2, t1)]);
+        let x1 = lo3(m[1], [(a0, r1), (a1, r0), (a2, t2)]);
+        let x2 = lo3(m[2], [(a0, r2), (a1, r1), (a2, r0)]);
+        let y0 = hi3(zero, [(a0, r0), (a1, t2), (a2, t1)]);
+        let y1 = hi3(zero, [(a0, r1), (a1, r0), (a2, t2)]);
+        let y2 = hi3(zero, [(a0, r2), (a1, r1), (a2, r0)]);
+        // Limb i is x_i + 2^52 y_i: what is above its width moves up, with y_i shifted by
+        // the 8 (10 for the 42-bit top limb) bits from 2^52 to the next limb's weight; what
+        // leaves the top comes back to limb 0 times 5.
+        let m44 = _mm256_set1_epi64x(M44);
+        let m42 = _mm256_set1_epi64x((1 << 42) - 1);
+        let c = _mm256_add_epi64(_mm256_srli_epi64::<44>(x0), _mm256_slli_epi64::<8>(y0));
+        let z0 = _mm256_and_si256(x0, m44);
+        let x1 = _mm256_add_epi64(x1, c);
+        let c = _mm256_add_epi64(_mm256_srli_epi64::<44>(x1), _mm256_slli_epi64::<8>(y1));
+        let z1 = _mm256_and_si256(x1, m44);
+        let x2 = _mm256_add_epi64(x2, c);
+        let c = _mm256_add_epi64(_mm256_srli_epi64::<42>(x2), _mm256_slli_epi64::<10>(y2));
+        let z2 = _mm256_and_si256(x2, m42);
+        let z0 = _mm256_add_epi64(z0, _mm256_add_epi64(c, _mm256_slli_epi64::<2>(c)));
+        let z1 = _mm256_add_epi64(z1, _mm256_srli_epi64::<44>(z0));
+        let z0 = _mm256_and_si256(z0, m44);
+        [z0, z1, z2]
+    }
+
+    impl Drop for Lanes {
+        fn drop(&mut self) {
+            zeroize::Zeroize::zeroize(&mut self.acc);
+            zeroize::Zeroize::zeroize(&mut self.r);
+            zeroize::Zeroize::zeroize(&mut self.r20);
+        }
+    }
+
+    /// `sum` plus the low 52 bits of each product.
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+    #[inline]
+    fn lo3(sum: __m256i, p: [(__m256i, __m256i); 3]) -> __m256i {
+        let sum = _mm256_madd52lo_epu64(sum, p[0].0, p[0].1);
+        let sum = _mm256_madd52lo_epu64(sum, p[1].0, p[1].1);
+        _mm256_madd52lo_epu64(sum, p[2].0, p[2].1)
+    }
+
+    /// `sum` plus bits 52..104 of each product.
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+    #[inline]
+    fn hi3(sum: __m256i, p: [(__m256i, __m256i); 3]) -> __m256i {
+        let sum = _mm256_madd52hi_epu64(sum, p[0].0, p[0].1);
+        let sum = _mm256_madd52hi_epu64(sum, p[1].0, p[1].1);
+        _mm256_madd52hi_epu64(sum, p[2].0, p[2].1)
     }
 }
