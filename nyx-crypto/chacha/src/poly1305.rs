@@ -128,12 +128,18 @@ impl Poly1305 {
     }
 
     /// Fold the vector kernels' lanes back into the scalar accumulator (a no-op when they
-    /// hold nothing): Horner's rule over lanes `0, 2, 1, 3`, so lane 0 gets `r^4`, lane 2
-    /// `r^3`, lane 1 `r^2` and lane 3 `r`, which is what [`Wide`]'s meaning asks for.
-    fn narrow(&mut self) {
-        if !self.wide.active {
-            return;
+    /// hold nothing).
+    #[inline(always)]
+    pub(crate) fn narrow(&mut self) {
+        if self.wide.active {
+            self.fold_lanes();
         }
+    }
+
+    /// Horner's rule over lanes `0, 2, 1, 3`, so lane 0 gets `r^4`, lane 2 `r^3`, lane 1
+    /// `r^2` and lane 3 `r`, which is what [`Wide`]'s meaning asks for.
+    #[inline(never)]
+    fn fold_lanes(&mut self) {
         let acc = self.wide.acc;
         let lane = |k: usize| value([acc[0][k], acc[1][k], acc[2][k]]);
         if self.wide.fresh {
@@ -185,13 +191,12 @@ impl Poly1305 {
     }
 
     /// Absorb whole 16-byte blocks: `data.len()` must be a multiple of 16 (a remainder is
-    /// ignored). The stitched kernels call this between ChaCha20 rounds.
+    /// ignored). The stitched kernels call this between ChaCha20 rounds, so it calls
+    /// nothing (a call there would spill every vector register): the accumulator must be
+    /// scalar already ([`Poly1305::narrow`]).
     #[inline(always)]
     pub(crate) fn absorb_blocks(&mut self, data: &[u8]) {
-        if data.len() < BLOCK {
-            return;
-        }
-        self.narrow();
+        debug_assert!(!self.wide.active, "absorb_blocks on a wide accumulator");
         for block in data.chunks_exact(BLOCK) {
             self.add_mul(le64(&block[0..8]), le64(&block[8..16]), 1);
         }

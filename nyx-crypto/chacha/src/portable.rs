@@ -20,6 +20,7 @@ pub(crate) fn batch(
         block(state, counter.wrapping_add(i as u32), chunk);
     }
     if let Some((poly, data)) = mac {
+        poly.narrow();
         poly.absorb_blocks(data);
     }
     blocks

@@ -124,6 +124,7 @@ struct ScalarMac<'a> {
 impl<'a> ScalarMac<'a> {
     #[inline(always)]
     fn start(poly: &'a mut Poly1305, data: &'a [u8]) -> Self {
+        poly.narrow();
         let blocks = data.len() / BLOCK;
         ScalarMac { poly, data, blocks }
     }
@@ -457,7 +458,10 @@ pub(crate) mod avx512ifma {
         #[inline]
         fn finish(self) {
             self.lanes.store(self.poly.widen());
-            self.poly.absorb_blocks(self.rest);
+            if !self.rest.is_empty() {
+                self.poly.narrow();
+                self.poly.absorb_blocks(self.rest);
+            }
         }
     }
 
