@@ -44,7 +44,7 @@ pub fn seal_in_place_with(
     check_len(buf.len())?;
     let kernel = backend.kernel();
     let state = Zeroizing::new(state(key, nonce));
-    Ok(if kernel.mac_in_vectors() {
+    Ok(if wide_batches(kernel, 64 + buf.len()) {
         seal::<WIDE>(kernel, &state, aad, buf)
     } else {
         seal::<NARROW>(kernel, &state, aad, buf)
@@ -126,7 +126,7 @@ pub fn open_in_place_with_tail(
     check_len(buf.len())?;
     let kernel = backend.kernel();
     let state = Zeroizing::new(state(key, nonce));
-    if kernel.mac_in_vectors() {
+    if wide_batches(kernel, 64 + buf.len() + tail.len()) {
         open::<WIDE>(kernel, state, aad, buf, tag, tail)
     } else {
         open::<NARROW>(kernel, state, aad, buf, tag, tail)
@@ -241,11 +241,17 @@ fn mac_from(block0: &[u8]) -> Poly1305 {
 /// it running alone (measured: docs/benchmarks.md). Half the size also halves what each seal
 /// or open zeroes and wipes.
 const NARROW: usize = 16;
-/// Lanes of the AEAD's keystream batches when Poly1305 runs in vector lanes: sixteen blocks,
-/// so a long enough message's first batch (which cannot carry the MAC: block 0 is its key)
-/// takes the 512-bit kernel, 1.6 times cheaper per block. Batches that carry the MAC still
-/// hold eight.
+/// Lanes of the AEAD's keystream batches when Poly1305 runs in vector lanes and the message
+/// needs more than one narrow batch: sixteen blocks, so the first batch (which cannot carry
+/// the MAC: block 0 is its key) takes the 512-bit kernel, 1.6 times cheaper per block.
+/// Batches that carry the MAC still hold eight.
 const WIDE: usize = 32;
+
+/// Whether an operation needing `keystream` bytes takes [`WIDE`] batches: only when the
+/// MAC runs in vector lanes and one narrow batch (`NARROW` lanes of 32 bytes) is too short.
+fn wide_batches(kernel: Kernel, keystream: usize) -> bool {
+    kernel.mac_in_vectors() && keystream > NARROW * 32
+}
 
 fn check_len(len: usize) -> Result<(), Error> {
     if len as u64 > MAX_MESSAGE_LEN {

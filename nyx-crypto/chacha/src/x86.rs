@@ -102,9 +102,11 @@ impl Simd {
 
     /// Absorb `data` into `poly` as the AEAD pads it (a short last block zero-padded): in
     /// vector lanes, four blocks at a time, on AVX-512 IFMA; on the scalar code otherwise.
+    /// Below four groups (and with the accumulator still scalar) the scalar code is
+    /// cheaper than moving into the lanes and back (`r^2`..`r^4`, the fold).
     #[inline]
     pub(crate) fn absorb(self, poly: &mut Poly1305, data: &[u8]) {
-        if self.ifma {
+        if self.ifma && (poly.is_wide() || data.len() >= 4 * 64) {
             // SAFETY: as for `avx512ifma::batch8` above.
             unsafe { avx512ifma::absorb(poly, data) }
         } else {
