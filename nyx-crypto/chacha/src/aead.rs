@@ -5,9 +5,11 @@
 //! The message is processed in chunks of one batch of keystream (8 or 16 blocks, as the
 //! kernel computes them; the first chunk is one block shorter, because block 0 is the
 //! Poly1305 key). While the kernel computes the keystream of chunk `i + 1`, Poly1305 absorbs
-//! chunk `i`: on seal that is ciphertext just written, on open ciphertext not yet decrypted
-//! (chunk `i` is decrypted only after it has been absorbed, from the batch kept from the
-//! step before). Only the last chunk's Poly1305 blocks run alone.
+//! chunk `i` between its rounds: on seal that is ciphertext just written, so only the last
+//! chunk's Poly1305 blocks run alone. Open has all the ciphertext from the start: every batch
+//! after the first absorbs what is not yet absorbed up to its own chunk, and the last one the
+//! rest as well, so nothing runs alone; a chunk is decrypted only after it has been absorbed,
+//! from the batch kept from the step before.
 //!
 //! Open decrypts while it authenticates; if the tag then fails, the keystream is applied
 //! again, so the caller's buffer is left exactly as it was.

@@ -5,15 +5,16 @@
 //!
 //! * [`seal_in_place`] / [`open_in_place`]: the AEAD on a buffer in place. Keystream for eight
 //!   blocks is computed at a time (one per 32-bit lane of 256-bit vectors, or sixteen in
-//!   512-bit vectors where that pays), and the Poly1305 blocks of the previous chunk are absorbed
-//!   *between the ChaCha20 rounds* of the next one, so the vector units (ChaCha20) and the
-//!   scalar multiplier (Poly1305) work at the same time ("stitching", as in OpenSSL and
-//!   BoringSSL's assembly).
+//!   512-bit vectors where that pays), and Poly1305 is absorbed *between the ChaCha20 rounds*
+//!   ("stitching", as in OpenSSL and BoringSSL's assembly): on CPUs with AVX-512 IFMA in
+//!   vector lanes, four blocks at a time; elsewhere on the scalar multiplier, which works
+//!   beside the vector units.
 //! * [`ChaCha20`]: the keystream at any byte offset, for constructions that use the
 //!   keystream past a message (NyxNet's onion layers do).
-//! * [`Poly1305`]: the one-time authenticator, scalar in radix 2^64.
+//! * [`Poly1305`]: the one-time authenticator, scalar in radix 2^64 (the AEAD moves it into
+//!   vector lanes and back where that pays).
 //! * [`Backend`]: which kernel runs. The best one the CPU supports is chosen at run time
-//!   (AVX-512VL, then AVX2, then portable Rust); tests and benchmarks can pick one.
+//!   (AVX-512 IFMA, AVX-512VL, AVX2, then portable Rust); tests and benchmarks can pick one.
 //!
 //! The only unsafe code is in the `x86` module: calling a `#[target_feature]` kernel after
 //! the CPU has reported that feature. Keystream lives in arrays of vectors that are viewed as

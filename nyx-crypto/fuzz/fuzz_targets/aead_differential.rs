@@ -1,6 +1,6 @@
-//! nyx-crypto's own ChaCha20-Poly1305 (scalar Poly1305) against RustCrypto's
-//! `chacha20poly1305`, on inputs chosen by the fuzzer: the same ciphertext and tag, both open
-//! what the other sealed, and a changed tag is refused by ours.
+//! nyx-crypto's own ChaCha20-Poly1305 (nyx-chacha, on the backend this CPU gets) against
+//! RustCrypto's `chacha20poly1305`, on inputs chosen by the fuzzer: the same ciphertext and
+//! tag, both open what the other sealed, and a changed tag is refused by ours.
 #![no_main]
 
 use chacha20poly1305::aead::{AeadInOut, KeyInit};
