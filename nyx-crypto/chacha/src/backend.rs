@@ -116,9 +116,7 @@ impl Kernel {
             Kernel::Simd(simd) => simd.batch(state, counter, wanted, out, mac),
         }
     }
-}
 
-impl Kernel {
     /// `data ^= keystream` (of the same length).
     #[inline]
     pub(crate) fn xor(self, keystream: &[u8], data: &mut [u8]) {

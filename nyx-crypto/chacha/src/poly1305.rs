@@ -53,20 +53,20 @@ pub struct Poly1305 {
 /// one `acc_k ← acc_k + m_k`, with the scalar accumulator in lane 0 before it).
 /// [`Poly1305::narrow`] folds the lanes back with Horner's rule, which is exactly that sum.
 /// Wiped with the rest of the state.
-#[derive(Clone, Default, Zeroize)]
+#[derive(Default, Zeroize)]
 pub(crate) struct Wide {
     /// Limb `i` of lanes `0..4` in `acc[i]`; below 2^45 between groups.
     pub(crate) acc: [[u64; 4]; 3],
-    /// The limbs of `r^4 mod p` once `has_r4`: below 2^44, 2^44, 2^43.
-    pub(crate) r4: [u64; 3],
-    /// Limb `i` of each lane's power of r in the sum above (`r^4, r^2, r^3, r`), for
-    /// folding the lanes back in vectors ([`Poly1305::narrow_from`]).
+    /// Limb `i` of each lane's power of r in the sum above (`r^4, r^2, r^3, r`, partly
+    /// reduced: limbs below 2^44, 2^44, 2^43) once `has_powers`. Lane 0's, `r^4`, is also
+    /// what every group multiplies by; all four fold the lanes back in vectors
+    /// ([`Poly1305::narrow_from`]).
     pub(crate) powers: [[u64; 4]; 3],
     /// No group absorbed yet: the next is added, not multiplied in.
     pub(crate) fresh: bool,
     /// `acc` holds the accumulator (the scalar `h` is zero).
     pub(crate) active: bool,
-    has_r4: bool,
+    has_powers: bool,
 }
 
 /// The low 44 bits: the width of the lower two limbs.
@@ -92,10 +92,11 @@ impl Poly1305 {
     }
 
     /// The accumulator in the vector kernels' form, converting the scalar one (and
-    /// computing `r^4`) on the first call; later calls return it as the kernel left it.
+    /// computing the powers of r) on the first call; later calls return it as the kernel
+    /// left it.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn widen(&mut self) -> &mut Wide {
-        if !self.wide.has_r4 {
+        if !self.wide.has_powers {
             // r^2, r^3, r^4: steps of `h = (h + v) · r` from h = 0, v = r, then v = 0.
             let r = (self.r0, self.r1, self.s1);
             let r2 = add_mul((0, 0, 0), (self.r0, self.r1, 0), r);
@@ -107,8 +108,7 @@ impl Poly1305 {
                     self.wide.powers[i][k] = l;
                 }
             }
-            self.wide.r4 = limbs(r4.0, r4.1, r4.2);
-            self.wide.has_r4 = true;
+            self.wide.has_powers = true;
         }
         if !self.wide.active {
             self.wide.acc = [[0; 4]; 3];

@@ -103,7 +103,8 @@ impl Simd {
     /// Absorb `data` into `poly` as the AEAD pads it (a short last block zero-padded): in
     /// vector lanes, four blocks at a time, on AVX-512 IFMA; on the scalar code otherwise.
     /// Below four groups (and with the accumulator still scalar) the scalar code is
-    /// cheaper than moving into the lanes and back (`r^2`..`r^4`, the fold).
+    /// cheaper than moving into the lanes and back (`r^2`..`r^4`, the fold), so this is
+    /// where that choice is made; the kernel itself always works in the lanes.
     #[inline]
     pub(crate) fn absorb(self, poly: &mut Poly1305, data: &[u8]) {
         if self.ifma && (poly.is_wide() || data.len() >= 4 * 64) {

@@ -19,20 +19,19 @@ kernel!("avx2,avx512f,avx512vl,avx512ifma", IfmaMac);
 #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
 pub(super) fn absorb(poly: &mut Poly1305, data: &[u8]) {
     let (groups, rest) = data.as_chunks::<64>();
-    if !groups.is_empty() || poly.is_wide() {
-        let mut lanes = Lanes::load(poly.widen());
-        for group in groups {
-            lanes.absorb(group);
-        }
-        let sums = lanes.fold(poly.widen());
-        poly.narrow_from(sums);
+    let mut lanes = Lanes::load(poly.widen());
+    for group in groups {
+        lanes.absorb(group);
     }
+    let sums = lanes.fold(poly.widen());
+    poly.narrow_from(sums);
     poly.update_padded(rest);
 }
 
 /// Stitching in vector lanes: a tenth of the MAC's groups of four blocks after each
 /// double round. The ChaCha20 rounds leave vector ports idle while they wait on their
-/// rotates; the groups fill them.
+/// rotates, and the groups fill some of them: a stitched group adds 17–23 cycles to the
+/// batch where one alone takes about 25 (docs/benchmarks.md).
 struct IfmaMac<'a> {
     poly: &'a mut Poly1305,
     groups: &'a [[u8; 64]],
@@ -79,6 +78,7 @@ impl<'a> IfmaMac<'a> {
 
 /// Poly1305's [`Wide`] accumulator in registers: limb `i` of the four lanes in `acc[i]`,
 /// beside `r^4`'s limbs and `20 ·` its upper two, broadcast to every lane. Wiped on drop.
+/// Made only with the powers of r computed ([`Poly1305::widen`]).
 struct Lanes {
     acc: [__m256i; 3],
     r: [__m256i; 3],
@@ -93,7 +93,8 @@ impl Lanes {
     #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
     #[inline]
     fn load(wide: &Wide) -> Lanes {
-        let r = wide.r4;
+        // Lane 0's power is r^4.
+        let r = wide.powers.map(|limb| limb[0]);
         Lanes {
             acc: wide.acc.map(bytemuck::cast),
             r: [
