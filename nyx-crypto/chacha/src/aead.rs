@@ -14,12 +14,14 @@
 //! Open decrypts while it authenticates; if the tag then fails, the keystream is applied
 //! again, so the caller's buffer is left exactly as it was.
 
-use std::mem;
-
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
-use crate::backend::{Backend, Batch, Kernel, Lane, MAC_BATCH_BLOCKS, blocks_for, xor_lanes};
+use std::ops::Range;
+
+use crate::backend::{
+    Backend, Batch, Job, Kernel, Lane, MAC_BATCH_BLOCKS, SPILL, Xor, blocks_for, xor_lanes,
+};
 use crate::chacha20::{ChaCha20, state};
 use crate::poly1305::{self, BLOCK, Poly1305};
 use crate::{Error, KEY_LEN, MAX_MESSAGE_LEN, NONCE_LEN, TAG_LEN};
@@ -53,7 +55,8 @@ pub fn seal_in_place_with(
     })
 }
 
-/// Seal with keystream batches of up to `LANES / 2` blocks.
+/// Seal with keystream batches of up to `LANES / 2` blocks, each XORed into the message
+/// by the kernel that computes it.
 fn seal<const LANES: usize>(
     kernel: Kernel,
     state: &[u32; 16],
@@ -61,32 +64,52 @@ fn seal<const LANES: usize>(
     buf: &mut [u8],
 ) -> [u8; TAG_LEN] {
     let len = buf.len();
-    let mut ks = Batch::<LANES>::new();
-    let held = kernel.batch(state, 0, blocks_for(64 + len), &mut ks.0, None);
-    let mut mac = mac_from(ks.bytes());
+    // Block 0 (the MAC key), and the keystream of a short last lane.
+    let (mut head, mut spill) = (Batch::<2>::new(), Batch::<SPILL>::new());
+    let mut job = Job::Xor(Xor {
+        head: Some(&mut head.0),
+        buf,
+        at: 0,
+        spill: &mut spill.0,
+        mac: None,
+    });
+    let held = kernel.batch(state, 0, blocks_for(64 + len).min(LANES / 2), &mut job);
+    let mut pending = 0..len.min(held * 64 - 64);
+    short_lane(kernel, &spill.0, buf, &pending);
+    let mut mac = mac_from(head.bytes());
     mac.update_padded(aad);
-    let (first, mut rest) = buf.split_at_mut(len.min(held * 64 - 64));
-    ks.xor_into(kernel, 64, first);
-    let mut pending: &[u8] = first;
     let mut counter = held as u32;
-    while !rest.is_empty() {
-        // `pending` is a whole batch here: whole Poly1305 blocks.
+    while pending.end < len {
+        // `pending` is whole batches here: whole Poly1305 blocks.
+        let at = pending.end;
+        let mut job = Job::Xor(Xor {
+            head: None,
+            buf,
+            at,
+            spill: &mut spill.0,
+            mac: Some((&mut mac, pending)),
+        });
         let held = kernel.batch(
             state,
             counter,
-            blocks_for(rest.len()),
-            &mut ks.0,
-            Some((&mut mac, pending)),
+            blocks_for(len - at).min(LANES / 2),
+            &mut job,
         );
-        let n = rest.len().min(held * 64);
-        let (chunk, tail) = mem::take(&mut rest).split_at_mut(n);
-        ks.xor_into(kernel, 0, chunk);
-        pending = chunk;
-        rest = tail;
+        pending = at..len.min(at + held * 64);
+        short_lane(kernel, &spill.0, buf, &pending);
         counter = counter.wrapping_add(held as u32);
     }
-    kernel.absorb(&mut mac, pending);
+    kernel.absorb(&mut mac, &buf[pending]);
     finish_tag(mac, aad.len(), len)
+}
+
+/// After an [`Xor`] batch has XORed the whole lanes of `buf[chunk]`, XOR a short last lane
+/// from the batch's spill.
+fn short_lane(kernel: Kernel, spill: &[Lane], buf: &mut [u8], chunk: &Range<usize>) {
+    let whole = chunk.start + (chunk.end - chunk.start) / 32 * 32;
+    if whole < chunk.end {
+        xor_lanes(kernel, spill, 0, &mut buf[whole..chunk.end]);
+    }
 }
 
 /// Check `tag` over `aad` and the ciphertext in `buf` and decrypt `buf` in place, on the
@@ -135,9 +158,10 @@ pub fn open_in_place_with_tail(
     }
 }
 
-/// Open with keystream batches of up to `LANES / 2` blocks. The ciphertext is all there
-/// from the start, so the MAC rides along with every batch after the first, the last
-/// chunk's blocks included when the next batch is the last.
+/// Open with keystream batches of up to `LANES / 2` blocks. The first batch cannot carry
+/// the MAC (block 0 is its key), so it is kept, and its chunk decrypted at the end; every
+/// later batch absorbs the ciphertext not yet absorbed up to the end of its own chunk (the
+/// first one's included) between its rounds and then decrypts its chunk.
 fn open<const LANES: usize>(
     kernel: Kernel,
     state: Zeroizing<[u32; 16]>,
@@ -147,46 +171,40 @@ fn open<const LANES: usize>(
     tail: &mut [u8],
 ) -> Result<(), Error> {
     let len = buf.len();
-    // The first batch may hold sixteen blocks, the later ones (which carry the MAC) eight.
-    let (mut first, mut second) = (Batch::<LANES>::new(), Batch::<NARROW>::new());
-    let (mut ks, mut next): (&mut [Lane], &mut [Lane]) = (&mut first.0, &mut second.0);
-    // `ks` holds blocks `counter..counter + held` and decrypts `buf[pos..end]`, which starts
-    // `skip` bytes into it; the MAC has absorbed `buf[..absorbed]`.
-    let mut held = kernel.batch(&state, 0, blocks_for(64 + len + tail.len()), ks, None);
-    let mut mac = mac_from(bytemuck::cast_slice(ks));
+    let (mut first, mut spill) = (Batch::<LANES>::new(), Batch::<SPILL>::new());
+    let wanted = blocks_for(64 + len + tail.len()).min(LANES / 2);
+    let first_held = kernel.batch(&state, 0, wanted, &mut Job::Keep(&mut first.0));
+    let mut mac = mac_from(first.bytes());
     mac.update_padded(aad);
-    let (mut counter, mut skip, mut pos, mut absorbed) = (0u32, 64, 0, 0);
-    loop {
-        let end = len.min(pos + held * 64 - skip);
-        if end == len {
-            break;
-        }
-        // More follows. A batch that carries a MAC holds at least eight blocks, so if what
-        // follows fits in eight, the next batch is the last and absorbs the rest of the
-        // ciphertext as well; else up to `end`. Whole blocks only: `end` is a whole number of
-        // blocks into the message, and a short last block is left for the padding below.
-        let upto = if len - end <= MAC_BATCH_BLOCKS * 64 {
-            absorbed + (len - absorbed) / BLOCK * BLOCK
-        } else {
-            end.max(absorbed)
-        };
-        let next_counter = counter.wrapping_add(held as u32);
-        let wanted = blocks_for(len - end + tail.len());
-        let next_held = kernel.batch(
-            &state,
-            next_counter,
-            wanted,
-            next,
-            Some((&mut mac, &buf[absorbed..upto])),
-        );
-        absorbed = upto;
-        // Decrypt only what the MAC has seen.
-        xor_lanes(kernel, ks, skip, &mut buf[pos..end]);
-        mem::swap(&mut ks, &mut next);
-        (counter, held, skip, pos) = (next_counter, next_held, 0, end);
+    // The MAC has absorbed `buf[..absorbed]`; the batch that ended at `pos` held `held`
+    // blocks from `counter`.
+    let first_end = len.min(first_held * 64 - 64);
+    let (mut counter, mut held, mut pos, mut absorbed) = (0u32, first_held, first_end, 0);
+    let mut chunk = 0..first_end;
+    while pos < len {
+        counter = counter.wrapping_add(held as u32);
+        let wanted = blocks_for(len - pos + tail.len()).min(MAC_BATCH_BLOCKS);
+        held = kernel.batch_len(wanted, true);
+        chunk = pos..len.min(pos + held * 64);
+        // Whole blocks: the chunk ends on one unless it ends the message, and a short last
+        // block is left for the padding below.
+        let upto = chunk.end / BLOCK * BLOCK;
+        let mut job = Job::Xor(Xor {
+            head: None,
+            buf,
+            at: pos,
+            spill: &mut spill.0,
+            mac: Some((&mut mac, absorbed..upto)),
+        });
+        kernel.batch(&state, counter, wanted, &mut job);
+        // The short last lane waits for the padded block below.
+        (absorbed, pos) = (upto, chunk.end);
     }
     kernel.absorb(&mut mac, &buf[absorbed..]);
-    xor_lanes(kernel, ks, skip, &mut buf[pos..]);
+    if first_end < len {
+        short_lane(kernel, &spill.0, buf, &chunk);
+    }
+    xor_lanes(kernel, &first.0, 64, &mut buf[..first_end]);
     let expected = finish_tag(mac, aad.len(), len);
     if !bool::from(expected.ct_eq(tag)) {
         // Undo the decryption: XOR the same keystream again.
@@ -196,13 +214,20 @@ fn open<const LANES: usize>(
         return Err(Error::AuthenticationFailed);
     }
     if !tail.is_empty() {
-        // Usually inside the batch the last chunk came from (the onion filler is).
-        let (at, start) = (64 + len as u64, u64::from(counter) * 64);
-        if at + tail.len() as u64 <= start + held as u64 * 64 {
-            xor_lanes(kernel, ks, (at - start) as usize, tail);
+        // Usually inside the last batch (the onion filler is): in `first` if that was
+        // the only one, else in `spill` from the start of the message's short last lane.
+        let (at, start, kept) = if first_end == len {
+            (64 + len, 0, &first.0[..])
+        } else {
+            let whole = chunk.start + (chunk.end - chunk.start) / 32 * 32;
+            let lanes = spill.0.len().min(2 * held - (whole - chunk.start) / 32);
+            (len, whole, &spill.0[..lanes])
+        };
+        if at - start + tail.len() <= kept.len() * 32 {
+            xor_lanes(kernel, kept, at - start, tail);
         } else {
             let mut stream = ChaCha20::with_kernel(kernel, state);
-            stream.seek(at);
+            stream.seek(64 + len as u64);
             stream.apply_keystream(tail)?;
         }
     }

@@ -3,6 +3,8 @@
 
 use zeroize::Zeroize;
 
+use std::ops::Range;
+
 use crate::poly1305::Poly1305;
 use crate::portable;
 
@@ -97,23 +99,41 @@ pub(crate) enum Kernel {
 }
 
 impl Kernel {
-    /// Keystream blocks `counter..` into `out`, absorbing `mac`'s whole 16-byte blocks into
-    /// its Poly1305 on the way. Returns how many blocks `out` now holds: at least
-    /// `min(wanted, 8)` (and at least one), at most what it has room for, and with `mac`, at
-    /// least [`MAC_BATCH_BLOCKS`] if `out` has room for them.
+    /// Keystream blocks `counter..` for `job`: [`Kernel::batch_len`]`(wanted, ..)` of them.
+    /// Returns the number of blocks.
     #[inline]
     pub(crate) fn batch(
         self,
         state: &[u32; 16],
         counter: u32,
         wanted: usize,
-        out: &mut [Lane],
-        mac: Option<(&mut Poly1305, &[u8])>,
+        job: &mut Job<'_>,
     ) -> usize {
         match self {
-            Kernel::Portable => portable::batch(state, counter, wanted, out, mac),
+            Kernel::Portable => portable::batch(state, counter, wanted, job),
             #[cfg(target_arch = "x86_64")]
-            Kernel::Simd(simd) => simd.batch(state, counter, wanted, out, mac),
+            Kernel::Simd(simd) => simd.batch(state, counter, wanted, job),
+        }
+    }
+
+    /// How many blocks a batch computes when `wanted` are asked for: at least
+    /// `min(wanted, 8)` and one, at most [`MAX_BATCH_BLOCKS`], and with a MAC riding
+    /// along, at most eight (the vector kernels compute eight, or sixteen on 512-bit
+    /// vectors when more than eight are wanted and no MAC rides along; the portable one
+    /// what is wanted).
+    #[inline]
+    pub(crate) fn batch_len(self, wanted: usize, with_mac: bool) -> usize {
+        match self {
+            Kernel::Portable => wanted.clamp(
+                1,
+                if with_mac {
+                    MAC_BATCH_BLOCKS
+                } else {
+                    MAX_BATCH_BLOCKS
+                },
+            ),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Simd(simd) => simd.batch_len(wanted, with_mac),
         }
     }
 
@@ -149,7 +169,7 @@ impl Kernel {
     }
 }
 
-/// The fewest blocks a batch that carries a MAC holds (if its buffer has room).
+/// The most blocks a batch that carries a MAC holds.
 pub(crate) const MAC_BATCH_BLOCKS: usize = 8;
 
 /// The most blocks one batch holds.
@@ -164,8 +184,66 @@ pub(crate) type Lane = core::arch::x86_64::__m256i;
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) type Lane = [u64; 4];
 
-/// Keystream for up to `LANES / 2` consecutive blocks (a kernel fills at most what fits).
-/// Wiped on drop.
+/// What a batch does with its keystream (in lanes of 32 bytes, two per block).
+pub(crate) enum Job<'a> {
+    /// Store every lane; the slice has room for all of them.
+    Keep(&'a mut [Lane]),
+    /// XOR the keystream into a message.
+    Xor(Xor<'a>),
+}
+
+/// A batch that XORs its keystream into `buf` from byte `at` on, whole lanes only, as many
+/// as `buf` has room for:
+///
+/// * with `head`, the batch's first block (block 0: the AEAD's Poly1305 key) goes there
+///   instead, and the XOR starts with the second;
+/// * the lanes after those XORed in go to `spill`, as many as it holds (the keystream of a
+///   short last lane of `buf`, and past it); the rest are dropped;
+/// * with `mac`, the kernel first absorbs the whole 16-byte blocks of its range of `buf` into
+///   the Poly1305, between the ChaCha20 rounds: an open authenticates ciphertext before
+///   the same batch decrypts it.
+pub(crate) struct Xor<'a> {
+    pub(crate) head: Option<&'a mut [Lane; 2]>,
+    pub(crate) buf: &'a mut [u8],
+    pub(crate) at: usize,
+    pub(crate) spill: &'a mut [Lane; SPILL],
+    pub(crate) mac: Option<(&'a mut Poly1305, Range<usize>)>,
+}
+
+/// Lanes of keystream an [`Xor`] batch keeps after the message's whole lanes: its short
+/// last lane and what follows (`open_in_place_with_tail`'s tail, if it fits).
+pub(crate) const SPILL: usize = 4;
+
+impl Xor<'_> {
+    /// Hand the batch's `lanes` out as the fields say (see [`Xor`]).
+    #[inline(always)]
+    pub(crate) fn emit<L: Copy>(
+        &mut self,
+        lanes: &[L],
+        store: impl Fn(&mut Lane, L),
+        xor: impl Fn(&mut [u8], L),
+    ) {
+        let mut lanes = lanes;
+        if let Some(head) = self.head.as_mut() {
+            store(&mut head[0], lanes[0]);
+            store(&mut head[1], lanes[1]);
+            lanes = &lanes[2..];
+        }
+        let whole = (self.buf.len().saturating_sub(self.at) / 32).min(lanes.len());
+        let data = &mut self.buf[self.at..self.at + 32 * whole];
+        for (d, lane) in data.chunks_exact_mut(32).zip(lanes) {
+            xor(d, *lane);
+        }
+        let rest = &lanes[whole..];
+        for (i, s) in self.spill.iter_mut().enumerate() {
+            if i < rest.len() {
+                store(s, rest[i]);
+            }
+        }
+    }
+}
+
+/// Keystream for up to `LANES / 2` consecutive blocks. Wiped on drop.
 pub(crate) struct Batch<const LANES: usize = MAX_LANES>(pub(crate) [Lane; LANES]);
 
 impl<const LANES: usize> Batch<LANES> {

@@ -4,7 +4,7 @@ use std::fmt;
 
 use zeroize::Zeroizing;
 
-use crate::backend::{Backend, Batch, Kernel, blocks_for};
+use crate::backend::{Backend, Batch, Job, Kernel, MAX_BATCH_BLOCKS, blocks_for};
 use crate::{Error, KEY_LEN, NONCE_LEN};
 
 /// One past the last keystream byte: the block counter is 32 bits.
@@ -116,9 +116,11 @@ impl ChaCha20 {
         match self.cached {
             Some((first, blocks)) if block >= first && block - first < blocks as u64 => blocks,
             _ => {
-                let blocks =
-                    self.kernel
-                        .batch(&self.state, block as u32, wanted, &mut self.batch.0, None);
+                let wanted = wanted.min(MAX_BATCH_BLOCKS);
+                let mut job = Job::Keep(&mut self.batch.0);
+                let blocks = self
+                    .kernel
+                    .batch(&self.state, block as u32, wanted, &mut job);
                 self.cached = Some((block, blocks));
                 blocks
             }
@@ -128,7 +130,7 @@ impl ChaCha20 {
     /// The first 32 bytes of block 0 (the AEAD's one-time Poly1305 key), computing and
     /// keeping a whole batch from block 0 so that the message's keystream follows from it.
     pub(crate) fn block0_head(&mut self) -> &[u8] {
-        self.load(0, crate::backend::MAX_BATCH_BLOCKS);
+        self.load(0, MAX_BATCH_BLOCKS);
         &self.batch.bytes()[..32]
     }
 }

@@ -476,10 +476,19 @@ mod tests {
 
                         let whole = len / BLOCK * BLOCK;
                         let mut stitched = start();
-                        let mut out = crate::backend::Batch::<32>::new();
-                        let (a, b) = data[..whole].split_at(whole / 2 / 64 * 64);
-                        kernel.batch(&[0; 16], 0, 8, &mut out.0, Some((&mut stitched, a)));
-                        kernel.batch(&[0; 16], 8, 8, &mut out.0, Some((&mut stitched, b)));
+                        let mut copy = data.clone();
+                        let mut spill = crate::backend::Batch::<{ crate::backend::SPILL }>::new();
+                        let half = whole / 2 / 64 * 64;
+                        for (counter, range) in [(0, 0..half), (8, half..whole)] {
+                            let mut job = crate::backend::Job::Xor(crate::backend::Xor {
+                                head: None,
+                                buf: &mut copy,
+                                at: len,
+                                spill: &mut spill.0,
+                                mac: Some((&mut stitched, range)),
+                            });
+                            kernel.batch(&[0; 16], counter, 8, &mut job);
+                        }
                         kernel.absorb(&mut stitched, &data[whole..]);
                         assert_eq!(stitched.finalize(), want, "stitched, len {len}");
                     }

@@ -2,26 +2,35 @@
 //! It runs wherever AVX2 does not, and it is the reference the vector kernels are tested
 //! against.
 
-use crate::backend::Lane;
-use crate::poly1305::Poly1305;
+use crate::backend::{Batch, Job, Kernel, MAX_LANES, Xor};
 
-/// Blocks `counter..counter + wanted` (as many as fit) into `out`, then absorb `mac`.
-/// Returns how many blocks `out` holds.
-pub(crate) fn batch(
-    state: &[u32; 16],
-    counter: u32,
-    wanted: usize,
-    out: &mut [Lane],
-    mac: Option<(&mut Poly1305, &[u8])>,
-) -> usize {
-    let blocks = wanted.clamp(1, out.len() / 2);
+/// Absorb `job`'s MAC range, if any, then compute blocks `counter..` (as many as
+/// [`Kernel::batch_len`](crate::backend::Kernel::batch_len) says) and hand them to `job`.
+/// Returns the number of blocks.
+pub(crate) fn batch(state: &[u32; 16], counter: u32, wanted: usize, job: &mut Job<'_>) -> usize {
+    let with_mac = matches!(job, Job::Xor(Xor { mac: Some(_), .. }));
+    let blocks = Kernel::Portable.batch_len(wanted, with_mac);
+    let mut own = Batch::<MAX_LANES>::new();
+    let out = match job {
+        Job::Keep(out) => out,
+        Job::Xor(xor) => {
+            if let Some((poly, range)) = xor.mac.as_mut() {
+                poly.narrow();
+                poly.absorb_blocks(&xor.buf[range.clone()]);
+            }
+            &mut own.0[..]
+        }
+    };
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
     for (i, chunk) in bytes.chunks_exact_mut(64).take(blocks).enumerate() {
         block(state, counter.wrapping_add(i as u32), chunk);
     }
-    if let Some((poly, data)) = mac {
-        poly.narrow();
-        poly.absorb_blocks(data);
+    if let Job::Xor(xor) = job {
+        xor.emit(
+            &own.0[..2 * blocks],
+            |dst, lane| *dst = lane,
+            |data, lane| crate::backend::xor(bytemuck::bytes_of(&lane), data),
+        );
     }
     blocks
 }

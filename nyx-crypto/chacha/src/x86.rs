@@ -19,7 +19,7 @@
 //! `bytemuck::pod_read_unaligned`: no raw pointer is touched.
 #![allow(unsafe_code)]
 
-use crate::backend::Lane;
+use crate::backend::{Job, Xor};
 use crate::poly1305::{BLOCK, Poly1305};
 
 /// Proof that this CPU runs AVX2; with `vl`, also AVX-512F and AVX-512VL; with `ifma`, also
@@ -57,34 +57,43 @@ impl Simd {
             .map(|simd| Simd { ifma: true, ..simd })
     }
 
-    /// Keystream blocks from `counter` into `out`: eight, or sixteen when `wanted` asks for
-    /// more than eight, `out` has room, no MAC rides along and the CPU has 512-bit vectors.
-    /// `mac`'s whole 16-byte blocks are absorbed between the rounds. Returns the number of
-    /// blocks.
+    /// Keystream blocks from `counter` for `job`: eight, or sixteen when `wanted` asks for
+    /// more than eight, no MAC rides along and the CPU has 512-bit vectors. The MAC's whole
+    /// 16-byte blocks are absorbed between the rounds. Returns the number of blocks.
     #[inline]
     pub(crate) fn batch(
         self,
         state: &[u32; 16],
         counter: u32,
         wanted: usize,
-        out: &mut [Lane],
-        mac: Option<(&mut Poly1305, &[u8])>,
+        job: &mut Job<'_>,
     ) -> usize {
-        let sixteen = self.vl && mac.is_none() && wanted > 8 && out.len() >= 32;
+        let with_mac = matches!(job, Job::Xor(Xor { mac: Some(_), .. }));
+        let sixteen = self.batch_len(wanted, with_mac) == 16;
         match (self.vl, self.ifma) {
             // SAFETY: `vl` is true only in a `Simd` made by `avx512vl()` (or from one by
             // `avx512ifma()`), which saw this CPU report AVX2, AVX-512F and AVX-512VL: every
             // feature `avx512vl::*` enables.
-            (true, _) if sixteen => unsafe { avx512vl::batch16(state, counter, out) },
+            (true, _) if sixteen => unsafe { avx512vl::batch16(state, counter, job) },
             // SAFETY: `ifma` is true only in a `Simd` made by `avx512ifma()`, which saw this
             // CPU report those features and AVX-512 IFMA: every feature `avx512ifma::*`
             // enables.
-            (true, true) => unsafe { avx512ifma::batch8(state, counter, out, mac) },
+            (true, true) => unsafe { avx512ifma::batch8(state, counter, job) },
             // SAFETY: as for `batch16`.
-            (true, false) => unsafe { avx512vl::batch8(state, counter, out, mac) },
+            (true, false) => unsafe { avx512vl::batch8(state, counter, job) },
             // SAFETY: every `Simd` was made by one of the constructors, and all saw this CPU
             // report AVX2, the one feature `avx2::batch8` enables.
-            (false, _) => unsafe { avx2::batch8(state, counter, out, mac) },
+            (false, _) => unsafe { avx2::batch8(state, counter, job) },
+        }
+    }
+
+    /// See [`Simd::batch`].
+    #[inline]
+    pub(crate) fn batch_len(self, wanted: usize, with_mac: bool) -> usize {
+        if self.vl && !with_mac && wanted > 8 {
+            16
+        } else {
+            8
         }
     }
 
@@ -151,20 +160,20 @@ macro_rules! kernel {
     ($features:literal, $mac:ident) => {
         use core::arch::x86_64::*;
 
-        use crate::poly1305::Poly1305;
+        use crate::backend::{Job, Xor};
 
         /// Eight blocks; see [`super::Simd::batch`].
         #[target_feature(enable = $features)]
-        pub(super) fn batch8(
-            state: &[u32; 16],
-            counter: u32,
-            out: &mut [__m256i],
-            mac: Option<(&mut Poly1305, &[u8])>,
-        ) -> usize {
+        pub(super) fn batch8(state: &[u32; 16], counter: u32, job: &mut Job<'_>) -> usize {
             let input = initial(state, counter);
             let mut x = input;
-            if let Some((poly, data)) = mac {
-                let mut mac = $mac::start(poly, data);
+            if let Job::Xor(Xor {
+                buf,
+                mac: Some((poly, range)),
+                ..
+            }) = job
+            {
+                let mut mac = $mac::start(poly, &buf[range.clone()]);
                 for round in 0..10 {
                     column_round(&mut x);
                     diagonal_round(&mut x);
@@ -178,7 +187,14 @@ macro_rules! kernel {
                 }
             }
             finish(&mut x, &input);
-            transpose(&x, &mut out[..16]);
+            match job {
+                Job::Keep(out) => transpose(&x, &mut out[..16]),
+                Job::Xor(xor) => {
+                    let mut lanes = [_mm256_setzero_si256(); 16];
+                    transpose(&x, &mut lanes);
+                    emit(&lanes, xor);
+                }
+            }
             8
         }
 
@@ -263,6 +279,20 @@ macro_rules! kernel {
                 out[8 + 2 * k + 1] = _mm256_permute2x128_si256::<0x31>(t[2][k], t[3][k]);
             }
         }
+
+        /// Hand a batch's lanes to `xor` (see [`Xor`]).
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn emit(lanes: &[__m256i], xor: &mut Xor<'_>) {
+            xor.emit(
+                lanes,
+                |dst, lane| *dst = lane,
+                |data, lane| {
+                    let x = _mm256_xor_si256(bytemuck::pod_read_unaligned(data), lane);
+                    data.copy_from_slice(bytemuck::bytes_of(&x));
+                },
+            );
+        }
     };
 }
 
@@ -321,7 +351,7 @@ mod avx512vl {
 
     /// Sixteen blocks, one per 32-bit lane of 512-bit vectors; see [`super::Simd::batch`].
     #[target_feature(enable = "avx2,avx512f,avx512vl")]
-    pub(super) fn batch16(state: &[u32; 16], counter: u32, out: &mut [__m256i]) -> usize {
+    pub(super) fn batch16(state: &[u32; 16], counter: u32, job: &mut Job<'_>) -> usize {
         let mut input = [_mm512_setzero_si512(); 16];
         for (v, w) in input.iter_mut().zip(state) {
             *v = _mm512_set1_epi32(*w as i32);
@@ -349,9 +379,20 @@ mod avx512vl {
             low[w] = _mm512_extracti64x4_epi64::<0>(v);
             high[w] = _mm512_extracti64x4_epi64::<1>(v);
         }
-        let (first, second) = out[..32].split_at_mut(16);
-        transpose(&low, first);
-        transpose(&high, second);
+        match job {
+            Job::Keep(out) => {
+                let (first, second) = out[..32].split_at_mut(16);
+                transpose(&low, first);
+                transpose(&high, second);
+            }
+            Job::Xor(xor) => {
+                let mut lanes = [_mm256_setzero_si256(); 32];
+                let (first, second) = lanes.split_at_mut(16);
+                transpose(&low, first);
+                transpose(&high, second);
+                emit(&lanes, xor);
+            }
+        }
         16
     }
 

@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use super::avx512vl::{rotl7, rotl8, rotl12, rotl16};
-use crate::poly1305::Wide;
+use crate::poly1305::{Poly1305, Wide};
 
 kernel!("avx2,avx512f,avx512vl,avx512ifma", IfmaMac);
 
