@@ -23,7 +23,7 @@ use crate::backend::{
     Backend, Batch, Job, Kernel, Lane, MAC_BATCH_BLOCKS, SPILL, Xor, blocks_for, xor_lanes,
 };
 use crate::chacha20::{ChaCha20, state};
-use crate::poly1305::{self, BLOCK, Poly1305};
+use crate::poly1305::{BLOCK, Poly1305};
 use crate::{Error, KEY_LEN, MAX_MESSAGE_LEN, NONCE_LEN, TAG_LEN};
 
 /// Encrypt `buf` in place and return the tag over `aad` and the ciphertext, on the fastest
@@ -76,7 +76,7 @@ fn seal<const LANES: usize>(
     let held = kernel.batch(state, 0, blocks_for(64 + len).min(LANES / 2), &mut job);
     let mut pending = 0..len.min(held * 64 - 64);
     short_lane(kernel, &spill.0, buf, &pending);
-    let mut mac = mac_from(head.bytes());
+    let mut mac = mac_from(&head.0[0]);
     mac.update_padded(aad);
     let mut counter = held as u32;
     while pending.end < len {
@@ -100,7 +100,7 @@ fn seal<const LANES: usize>(
         counter = counter.wrapping_add(held as u32);
     }
     kernel.absorb(&mut mac, &buf[pending]);
-    finish_tag(mac, aad.len(), len)
+    tag_with_lengths(&mut mac, aad.len(), len)
 }
 
 /// After an [`Xor`] batch has XORed the whole lanes of `buf[chunk]`, XOR a short last lane
@@ -174,7 +174,7 @@ fn open<const LANES: usize>(
     let (mut first, mut spill) = (Batch::<LANES>::new(), Batch::<SPILL>::new());
     let wanted = blocks_for(64 + len + tail.len()).min(LANES / 2);
     let first_held = kernel.batch(&state, 0, wanted, &mut Job::Keep(&mut first.0));
-    let mut mac = mac_from(first.bytes());
+    let mut mac = mac_from(&first.0[0]);
     mac.update_padded(aad);
     // The MAC has absorbed `buf[..absorbed]`; the batch that ended at `pos` held `held`
     // blocks from `counter`.
@@ -205,8 +205,10 @@ fn open<const LANES: usize>(
         short_lane(kernel, &spill.0, buf, &chunk);
     }
     xor_lanes(kernel, &first.0, 64, &mut buf[..first_end]);
-    let expected = finish_tag(mac, aad.len(), len);
-    if !bool::from(expected.ct_eq(tag)) {
+    let expected = tag_with_lengths(&mut mac, aad.len(), len);
+    // One comparison of all 128 bits, in constant time.
+    let equal = u128::from_le_bytes(expected).ct_eq(&u128::from_le_bytes(*tag));
+    if !bool::from(equal) {
         // Undo the decryption: XOR the same keystream again.
         let mut stream = ChaCha20::with_kernel(kernel, state);
         stream.seek(64);
@@ -240,25 +242,28 @@ fn open<const LANES: usize>(
 pub fn keystream_and_mac(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> (ChaCha20, Poly1305) {
     let state = Zeroizing::new(state(key, nonce));
     let mut stream = ChaCha20::with_kernel(Backend::detect().kernel(), state);
-    let mac = mac_from(stream.block0_head());
+    let mac = Poly1305::new(stream.block0_head());
     stream.seek(64);
     (stream, mac)
 }
 
 /// Absorb the two lengths and produce the tag.
 pub fn finish_tag(mut mac: Poly1305, aad_len: usize, ct_len: usize) -> [u8; TAG_LEN] {
+    tag_with_lengths(&mut mac, aad_len, ct_len)
+}
+
+/// [`finish_tag`] in place.
+fn tag_with_lengths(mac: &mut Poly1305, aad_len: usize, ct_len: usize) -> [u8; TAG_LEN] {
     let mut lens = [0u8; 16];
     lens[..8].copy_from_slice(&(aad_len as u64).to_le_bytes());
     lens[8..].copy_from_slice(&(ct_len as u64).to_le_bytes());
     mac.update_padded(&lens);
-    mac.finalize()
+    mac.tag()
 }
 
-/// Poly1305 keyed by the first 32 bytes of keystream block 0.
-fn mac_from(block0: &[u8]) -> Poly1305 {
-    let mut otk = Zeroizing::new([0u8; poly1305::KEY_LEN]);
-    otk.copy_from_slice(&block0[..poly1305::KEY_LEN]);
-    Poly1305::new(&otk)
+/// Poly1305 keyed by the first 32 bytes of keystream block 0 (a batch's first lane).
+fn mac_from(lane0: &Lane) -> Poly1305 {
+    Poly1305::new(bytemuck::cast_ref(lane0))
 }
 
 /// Lanes of the AEAD's keystream batches when Poly1305 runs on the scalar multiplier: eight

@@ -251,10 +251,6 @@ impl<const LANES: usize> Batch<LANES> {
         Batch([bytemuck::Zeroable::zeroed(); LANES])
     }
 
-    pub(crate) fn bytes(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.0)
-    }
-
     /// XOR keystream bytes `skip..skip + data.len()` into `data`, on `kernel`'s vectors.
     #[inline]
     pub(crate) fn xor_into(&self, kernel: Kernel, skip: usize, data: &mut [u8]) {

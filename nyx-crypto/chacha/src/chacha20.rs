@@ -11,6 +11,7 @@ use crate::{Error, KEY_LEN, NONCE_LEN};
 const STREAM_END: u64 = (1u64 << 32) * 64;
 
 /// The initial state for (`key`, `nonce`): constants, key, counter 0, nonce.
+#[inline]
 pub(crate) fn state(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> [u32; 16] {
     let mut s = [0u32; 16];
     s[..4].copy_from_slice(&[0x6170_7865, 0x3320_646e, 0x7962_2d32, 0x6b20_6574]);
@@ -129,9 +130,9 @@ impl ChaCha20 {
 
     /// The first 32 bytes of block 0 (the AEAD's one-time Poly1305 key), computing and
     /// keeping a whole batch from block 0 so that the message's keystream follows from it.
-    pub(crate) fn block0_head(&mut self) -> &[u8] {
+    pub(crate) fn block0_head(&mut self) -> &[u8; 32] {
         self.load(0, MAX_BATCH_BLOCKS);
-        &self.batch.bytes()[..32]
+        bytemuck::cast_ref(&self.batch.0[0])
     }
 }
 

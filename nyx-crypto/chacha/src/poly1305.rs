@@ -233,6 +233,14 @@ impl Poly1305 {
 
     /// Reduce fully and add `s`: the tag.
     pub fn finalize(mut self) -> [u8; TAG_LEN] {
+        // Dropping `self` wipes the state.
+        self.tag()
+    }
+
+    /// The tag over what has been absorbed, leaving the state in place (the AEAD's
+    /// state is large enough that moving it into [`Poly1305::finalize`] costs a copy).
+    #[inline]
+    pub(crate) fn tag(&mut self) -> [u8; TAG_LEN] {
         self.narrow();
         let (h0, h1, _) = reduce((self.h0, self.h1, self.h2));
 
@@ -241,7 +249,6 @@ impl Poly1305 {
         let mut tag = [0u8; TAG_LEN];
         tag[..8].copy_from_slice(&t0.to_le_bytes());
         tag[8..].copy_from_slice(&t1.to_le_bytes());
-        // Dropping `self` wipes the state.
         tag
     }
 }
