@@ -446,8 +446,9 @@ mod tests {
         assert_eq!(a.finalize(), Poly1305::new(&k).finish_message(&padded));
     }
 
-    /// The vector kernels' lanes (AVX-512 IFMA here) against the scalar code: unstitched,
-    /// stitched into a keystream batch, and split across calls, after a scalar prefix, with
+    /// The vector kernels' lanes (AVX-512 IFMA here) against the scalar code: unstitched
+    /// (in one chain, and in two for long runs), stitched into a keystream batch, split
+    /// across calls, and stitched then absorbed alone, after a scalar prefix, with
     /// the largest limbs there can be (every clamped bit of r set, all-ones blocks) as well
     /// as zeros and a pattern, at lengths around the 64-byte groups.
     #[test]
@@ -458,7 +459,7 @@ mod tests {
         for kernel in backends.map(crate::Backend::kernel) {
             for key in &keys {
                 for fill in [0xffu8, 0, 0x5a] {
-                    for len in [0, 15, 16, 63, 64, 65, 127, 128, 320, 1024, 4113] {
+                    for len in [0, 15, 16, 63, 64, 65, 127, 128, 320, 1024, 1472, 4113] {
                         let data: Vec<u8> = (0..len)
                             .map(|i| {
                                 if fill == 0x5a {
@@ -498,6 +499,24 @@ mod tests {
                         }
                         kernel.absorb(&mut stitched, &data[whole..]);
                         assert_eq!(stitched.finalize(), want, "stitched, len {len}");
+
+                        // Lanes already in use when a long run is absorbed alone (the
+                        // two-chain path starts from them).
+                        let mut then_alone = start();
+                        let mut job = crate::backend::Job::Xor(crate::backend::Xor {
+                            head: None,
+                            buf: &mut copy,
+                            at: len,
+                            spill: &mut spill.0,
+                            mac: Some((&mut then_alone, 0..half)),
+                        });
+                        kernel.batch(&[0; 16], 0, 8, &mut job);
+                        kernel.absorb(&mut then_alone, &data[half..]);
+                        assert_eq!(
+                            then_alone.finalize(),
+                            want,
+                            "stitched, then alone, len {len}"
+                        );
                     }
                 }
             }

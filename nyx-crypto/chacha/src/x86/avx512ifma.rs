@@ -15,18 +15,37 @@ use crate::poly1305::{Poly1305, Wide};
 kernel!("avx2,avx512f,avx512vl,avx512ifma", IfmaMac);
 
 /// See [`super::Simd::absorb`]. Ends with the accumulator back on the scalar side,
-/// folded in vectors.
+/// folded in vectors. Pairs of groups run as two independent chains (multiplying by
+/// `r^8`), which the CPU overlaps: one chain waits on its multiply-adds' latency about 24
+/// cycles a group, two take about 17 (docs/benchmarks.md).
 #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
 pub(super) fn absorb(poly: &mut Poly1305, data: &[u8]) {
-    let (groups, rest) = data.as_chunks::<64>();
+    let (mut groups, rest) = data.as_chunks::<64>();
     let mut lanes = Lanes::load(poly.widen());
-    for group in groups {
+    if lanes.fresh
+        && let Some((first, later)) = groups.split_first()
+    {
+        lanes.absorb(first);
+        groups = later;
+    }
+    let (pairs, odd) = groups.as_chunks::<2>();
+    let single = if pairs.len() >= MIN_PAIRS {
+        lanes.absorb_pairs(pairs);
+        odd
+    } else {
+        groups
+    };
+    for group in single {
         lanes.absorb(group);
     }
     let sums = lanes.fold(poly.widen());
     poly.narrow_from(sums);
     poly.update_padded(rest);
 }
+
+/// The fewest pairs of groups worth two chains (below, squaring `r^4` and joining the
+/// chains cost more than they save).
+const MIN_PAIRS: usize = 4;
 
 /// Stitching in vector lanes: a tenth of the MAC's groups of four blocks after each
 /// double round. The ChaCha20 rounds leave vector ports idle while they wait on their
@@ -122,21 +141,7 @@ impl Lanes {
     #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
     #[inline]
     fn absorb(&mut self, group: &[u8; 64]) {
-        let a: __m256i = bytemuck::pod_read_unaligned(&group[..32]);
-        let b: __m256i = bytemuck::pod_read_unaligned(&group[32..]);
-        // 64-bit lanes: low halves, then high halves, of blocks 0, 2, 1, 3.
-        let lo = _mm256_unpacklo_epi64(a, b);
-        let hi = _mm256_unpackhi_epi64(a, b);
-        let m44 = _mm256_set1_epi64x(M44);
-        let m = [
-            _mm256_and_si256(lo, m44),
-            _mm256_and_si256(
-                _mm256_or_si256(_mm256_srli_epi64::<44>(lo), _mm256_slli_epi64::<20>(hi)),
-                m44,
-            ),
-            // The 2^128 bit of a full block is bit 40 of the top limb.
-            _mm256_or_si256(_mm256_srli_epi64::<24>(hi), _mm256_set1_epi64x(1 << 40)),
-        ];
+        let m = limbs(group);
         if self.fresh {
             for (acc, m) in self.acc.iter_mut().zip(m) {
                 *acc = _mm256_add_epi64(*acc, m);
@@ -145,6 +150,32 @@ impl Lanes {
             return;
         }
         self.acc = mul_add(self.acc, self.r, self.r20, m);
+    }
+
+    /// Pairs of groups, the first of each pair in one chain and the second in another,
+    /// both multiplying by `r^8`, joined at the end as `first · r^4 + second`: what
+    /// [`Lanes::absorb`] on each group in turn would give. The accumulator starts in the
+    /// second chain, so it is multiplied by `r^8` once per pair as it would be by `r^4`
+    /// twice. Must not be fresh.
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+    #[inline]
+    fn absorb_pairs(&mut self, pairs: &[[[u8; 64]; 2]]) {
+        debug_assert!(!self.fresh, "absorb_pairs on a fresh accumulator");
+        let zero = _mm256_setzero_si256();
+        // r^8 = r^4 · r^4, its middle limb carried so all three are within r^4's bounds.
+        let [s0, s1, s2] = mul_add(self.r, self.r, self.r20, [zero; 3]);
+        let r8 = [
+            s0,
+            _mm256_and_si256(s1, _mm256_set1_epi64x(M44)),
+            _mm256_add_epi64(s2, _mm256_srli_epi64::<44>(s1)),
+        ];
+        let r8_20 = [times20(r8[1]), times20(r8[2])];
+        let (mut first, mut second) = ([zero; 3], self.acc);
+        for [a, b] in pairs {
+            first = mul_add(first, r8, r8_20, limbs(a));
+            second = mul_add(second, r8, r8_20, limbs(b));
+        }
+        self.acc = mul_add(first, self.r, self.r20, second);
     }
 
     /// The lanes multiplied by their powers of r (`Wide::powers`) and summed: the
@@ -158,13 +189,40 @@ impl Lanes {
         } else {
             let p: [__m256i; 3] = wide.powers.map(bytemuck::cast);
             // 20 x = 16 x + 4 x.
-            let p20 = [p[1], p[2]]
-                .map(|x| _mm256_add_epi64(_mm256_slli_epi64::<4>(x), _mm256_slli_epi64::<2>(x)));
+            let p20 = [times20(p[1]), times20(p[2])];
             let zero = _mm256_setzero_si256();
             mul_add(self.acc, p, p20, [zero; 3]).map(bytemuck::cast)
         };
         lanes.map(|limb: [u64; 4]| limb.iter().sum())
     }
+}
+
+/// A group of four blocks as lanes of limbs: lane `k` holds block `0, 2, 1, 3`, split into
+/// 44, 44 and 40 bits, with the 2^128 bit of a full block at bit 40 of the top limb.
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+#[inline]
+fn limbs(group: &[u8; 64]) -> [__m256i; 3] {
+    let a: __m256i = bytemuck::pod_read_unaligned(&group[..32]);
+    let b: __m256i = bytemuck::pod_read_unaligned(&group[32..]);
+    // 64-bit lanes: low halves, then high halves, of blocks 0, 2, 1, 3.
+    let lo = _mm256_unpacklo_epi64(a, b);
+    let hi = _mm256_unpackhi_epi64(a, b);
+    let m44 = _mm256_set1_epi64x(M44);
+    [
+        _mm256_and_si256(lo, m44),
+        _mm256_and_si256(
+            _mm256_or_si256(_mm256_srli_epi64::<44>(lo), _mm256_slli_epi64::<20>(hi)),
+            m44,
+        ),
+        _mm256_or_si256(_mm256_srli_epi64::<24>(hi), _mm256_set1_epi64x(1 << 40)),
+    ]
+}
+
+/// `20 x` lane by lane (`16 x + 4 x`).
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512ifma")]
+#[inline]
+fn times20(x: __m256i) -> __m256i {
+    _mm256_add_epi64(_mm256_slli_epi64::<4>(x), _mm256_slli_epi64::<2>(x))
 }
 
 /// `a · r + m` lane by lane, with one carry pass; `r20` is 20 times `r`'s upper two
