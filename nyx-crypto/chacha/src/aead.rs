@@ -4,20 +4,23 @@
 //!
 //! The message is processed in chunks of one batch of keystream (8 or 16 blocks, as the
 //! kernel computes them; the first chunk is one block shorter, because block 0 is the
-//! Poly1305 key). While the kernel computes the keystream of chunk `i + 1`, Poly1305 absorbs
-//! chunk `i` between its rounds: on seal that is ciphertext just written, so only the last
-//! chunk's Poly1305 blocks run alone. Open has all the ciphertext from the start: every batch
-//! after the first absorbs what is not yet absorbed up to its own chunk, and the last one the
-//! rest as well, so nothing runs alone; a chunk is decrypted only after it has been absorbed,
-//! from the batch kept from the step before.
+//! Poly1305 key), and the kernel XORs each batch into the message itself ([`Job::Xor`]):
+//! the keystream never goes through a buffer, except block 0 (the key) and a short last
+//! lane. While the kernel computes the keystream of chunk `i + 1`, Poly1305 absorbs chunk
+//! `i` between its rounds: on seal that is ciphertext just written, so only the last chunk's
+//! Poly1305 blocks run alone. Open has all the ciphertext from the start, but its first
+//! batch cannot carry the MAC (its block 0 is the key), so that batch is kept; every later
+//! batch absorbs the ciphertext not yet absorbed up to the end of its own chunk (the first
+//! chunk's included) between its rounds, then decrypts its chunk, and the first chunk is
+//! decrypted from the kept batch at the end. Nothing is decrypted before it is absorbed.
 //!
 //! Open decrypts while it authenticates; if the tag then fails, the keystream is applied
 //! again, so the caller's buffer is left exactly as it was.
 
+use std::ops::Range;
+
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
-
-use std::ops::Range;
 
 use crate::backend::{
     Backend, Batch, Job, Kernel, Lane, MAC_BATCH_BLOCKS, SPILL, Xor, blocks_for, xor_lanes,
@@ -270,8 +273,8 @@ fn mac_from(lane0: &Lane) -> Poly1305 {
 /// blocks, so the kernels never take their 16-block path. Poly1305 (about 13 cycles per
 /// 16-byte block, one multiply chain) is then the longer task, and eight-block batches give
 /// it about three blocks per double round to overlap with, where sixteen would leave more of
-/// it running alone (measured: docs/benchmarks.md). Half the size also halves what each seal
-/// or open zeroes and wipes.
+/// it running alone (measured: docs/benchmarks.md). Half the size also halves the first
+/// batch an open keeps (zeroed and wiped).
 const NARROW: usize = 16;
 /// Lanes of the AEAD's keystream batches when Poly1305 runs in vector lanes and the message
 /// needs more than one narrow batch: sixteen blocks, so the first batch (which cannot carry

@@ -17,8 +17,9 @@
 //!   (AVX-512 IFMA, AVX-512VL, AVX2, then portable Rust); tests and benchmarks can pick one.
 //!
 //! The only unsafe code is in the `x86` module: calling a `#[target_feature]` kernel after
-//! the CPU has reported that feature. Keystream lives in arrays of vectors that are viewed as
-//! bytes through `bytemuck`'s safe casts, so no code here touches a raw pointer.
+//! the CPU has reported that feature. The kernels XOR keystream into messages through
+//! slices, or keep it in arrays of vectors that are viewed as bytes through `bytemuck`'s safe
+//! casts, so no code here touches a raw pointer.
 //!
 //! What it is not for: key management (nyx-crypto), nonce choice (callers must never seal
 //! two messages under one key and nonce), or other ciphers.

@@ -13,10 +13,10 @@
 //! `#[target_feature]` function, which is sound only on a CPU that has the feature. A
 //! [`Simd`] is that proof: its fields are private, so it exists only if one of its
 //! constructors saw the features reported by the CPU (`is_x86_feature_detected!`).
-//! Inside the kernels every intrinsic is safe to call (their features are enabled), and the
-//! results are stored into an array of vectors (`Batch`), which the rest of the crate reads
-//! through `bytemuck`'s safe byte views; message bytes are read into vectors with
-//! `bytemuck::pod_read_unaligned`: no raw pointer is touched.
+//! Inside the kernels every intrinsic is safe to call (their features are enabled); the
+//! keystream is XORed into the message through slices (`bytemuck::pod_read_unaligned` in,
+//! `bytemuck::bytes_of` out) or stored into an array of vectors (`Batch`), which the rest of
+//! the crate reads through `bytemuck`'s safe byte views: no raw pointer is touched.
 #![allow(unsafe_code)]
 
 use crate::backend::{Job, Xor};
