@@ -222,7 +222,7 @@ fn open<const LANES: usize>(
         // Usually inside the last batch (the onion filler is): in `first` if that was
         // the only one, else in `spill` from the start of the message's short last lane.
         let (at, start, kept) = if first_end == len {
-            (64 + len, 0, &first.0[..])
+            (64 + len, 0, &first.0[..2 * first_held])
         } else {
             let whole = chunk.start + (chunk.end - chunk.start) / 32 * 32;
             let lanes = spill.0.len().min(2 * held - (whole - chunk.start) / 32);

@@ -229,8 +229,8 @@ impl Xor<'_> {
             store(&mut head[1], lanes[1]);
             lanes = &lanes[2..];
         }
-        let whole = (self.buf.len().saturating_sub(self.at) / 32).min(lanes.len());
-        let data = &mut self.buf[self.at..self.at + 32 * whole];
+        let data = self.buf.get_mut(self.at..).unwrap_or_default();
+        let whole = (data.len() / 32).min(lanes.len());
         for (d, lane) in data.chunks_exact_mut(32).zip(lanes) {
             xor(d, *lane);
         }

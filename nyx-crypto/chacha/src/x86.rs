@@ -192,7 +192,7 @@ macro_rules! kernel {
                 Job::Xor(xor) => {
                     let mut lanes = [_mm256_setzero_si256(); 16];
                     transpose(&x, &mut lanes);
-                    emit(&lanes, xor);
+                    emit(&mut lanes, xor);
                 }
             }
             8
@@ -280,10 +280,12 @@ macro_rules! kernel {
             }
         }
 
-        /// Hand a batch's lanes to `xor` (see [`Xor`]).
+        /// Hand a batch's lanes to `xor` (see [`Xor`]). If it takes block 0 (the
+        /// AEAD's one-time key), that block's copy here is wiped; the other lanes are
+        /// keystream already XORed into the message and are left for the stack to reuse.
         #[target_feature(enable = $features)]
         #[inline]
-        fn emit(lanes: &[__m256i], xor: &mut Xor<'_>) {
+        fn emit(lanes: &mut [__m256i], xor: &mut Xor<'_>) {
             xor.emit(
                 lanes,
                 |dst, lane| *dst = lane,
@@ -292,6 +294,11 @@ macro_rules! kernel {
                     data.copy_from_slice(bytemuck::bytes_of(&x));
                 },
             );
+            if xor.head.is_some() {
+                for lane in &mut lanes[..2] {
+                    zeroize::Zeroize::zeroize(lane);
+                }
+            }
         }
     };
 }
@@ -390,7 +397,7 @@ mod avx512vl {
                 let (first, second) = lanes.split_at_mut(16);
                 transpose(&low, first);
                 transpose(&high, second);
-                emit(&lanes, xor);
+                emit(&mut lanes, xor);
             }
         }
         16
