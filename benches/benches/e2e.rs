@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use nyx_core::config::TransportKind;
 use nyx_core::rate::Quota;
-use nyx_daemon::node::testnet::{LocalTestnet, LocalTestnetSpec};
-use nyx_daemon::node::{CircuitMessage, NodeSettings};
-use nyx_daemon::overlay::OverlayConfig;
-use nyx_daemon::path::{ExitRequirement, PathConfig};
+use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, node_settings};
+use nyx_node::{CircuitMessage, NodeSettings};
+use nyx_overlay::circuit::OverlayConfig;
+use nyx_overlay::path::{ExitRequirement, PathConfig};
 
 const WINDOW: u64 = 64;
 const LINK_CELL: usize = 1156;
@@ -38,11 +38,10 @@ fn settings(hops: usize) -> NodeSettings {
             ..OverlayConfig::default()
         },
         path: PathConfig {
-            distinct_subnets: false,
             hops,
-            ..PathConfig::default()
+            ..node_settings().path
         },
-        ..NodeSettings::default()
+        ..node_settings()
     }
 }
 
@@ -53,16 +52,14 @@ fn testnet(
     transport: TransportKind,
     echo: bool,
 ) -> LocalTestnet {
-    rt.block_on(LocalTestnet::start(
-        LocalTestnetSpec {
-            nodes: 5,
-            net,
-            settings: settings(hops),
-            echo,
-            ..LocalTestnetSpec::default()
-        },
+    rt.block_on(LocalTestnet::start(LocalTestnetSpec {
+        nodes: 5,
+        net,
         transport,
-    ))
+        settings: settings(hops),
+        echo,
+        ..LocalTestnetSpec::default()
+    }))
     .expect("testnet")
 }
 
@@ -141,7 +138,7 @@ fn relay_forward(c: &mut Criterion) {
     let circuit = rt
         .block_on(client.build_circuit(ExitRequirement::Any))
         .expect("circuit");
-    let payload = vec![0x42u8; nyx_daemon::overlay::MAX_FORWARD_BODY];
+    let payload = vec![0x42u8; nyx_overlay::circuit::MAX_FORWARD_BODY];
 
     let mut g = c.benchmark_group("relay/forward");
     g.throughput(Throughput::Elements(WINDOW));

@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use nyx_core::config::TransportKind;
 use nyx_core::rate::Quota;
-use nyx_daemon::node::testnet::{LocalTestnet, LocalTestnetSpec};
-use nyx_daemon::node::{NodeHandle, NodeSettings};
-use nyx_daemon::overlay::OverlayConfig;
-use nyx_daemon::path::PathConfig;
+use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, node_settings};
+use nyx_node::{NodeHandle, NodeSettings};
+use nyx_overlay::circuit::OverlayConfig;
 use nyx_transport::fault::FaultConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -45,25 +44,19 @@ fn settings(faults: FaultConfig) -> NodeSettings {
             circuit_creates: fast,
             ..OverlayConfig::default()
         },
-        path: PathConfig {
-            distinct_subnets: false,
-            ..PathConfig::default()
-        },
         faults,
-        ..NodeSettings::default()
+        ..node_settings()
     }
 }
 
 fn testnet(rt: &Runtime, net: u8, transport: TransportKind, faults: FaultConfig) -> LocalTestnet {
-    rt.block_on(LocalTestnet::start(
-        LocalTestnetSpec {
-            nodes: 5,
-            net,
-            settings: settings(faults),
-            ..LocalTestnetSpec::default()
-        },
+    rt.block_on(LocalTestnet::start(LocalTestnetSpec {
+        nodes: 5,
+        net,
         transport,
-    ))
+        settings: settings(faults),
+        ..LocalTestnetSpec::default()
+    }))
     .expect("testnet")
 }
 

@@ -8,10 +8,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use nyx_core::NodeId;
 use nyx_core::buf::{BufferPool, PoolConfig};
 use nyx_core::rate::{KeyedLimiter, Limiter, Quota};
 use nyx_core::time::CoarseClock;
-use nyx_core::{CircuitId, NodeId};
 
 /// A quota that admits everything a bench can throw at it, so both paths measure admission.
 fn generous() -> Quota {
@@ -228,7 +228,8 @@ fn concurrent_operations(c: &mut Criterion) {
     })
     .expect("pool");
     let limiter = KeyedLimiter::new(generous(), 65_536).expect("keyed");
-    let circuits: Vec<CircuitId> = (1..=1024).filter_map(CircuitId::new).collect();
+    // Raw per-link circuit ids, as the overlay keys its circuit limiter.
+    let circuits: Vec<u32> = (1..=1024).collect();
     let mut g = c.benchmark_group("concurrent_operations");
     for n in [100usize, 1000, 10000] {
         g.throughput(Throughput::Elements(n as u64));

@@ -1,7 +1,7 @@
-//! Identifiers shared by every layer: [`NodeId`], [`CircuitId`] and [`StreamId`].
+//! The identifier every layer shares: [`NodeId`]. (Circuit and stream ids are the
+//! overlay's: they are per link and per circuit, and live with their wire formats.)
 
 use std::fmt;
-use std::num::{NonZeroU16, NonZeroU32};
 use std::str::FromStr;
 
 use crate::Error;
@@ -116,91 +116,6 @@ fn hex_value(c: u8) -> Option<u8> {
     }
 }
 
-/// Identifies a circuit on one link (each hop of a circuit has its own id, as in Tor).
-///
-/// Never zero: id 0 is reserved on the wire for link-level messages that belong to no circuit.
-/// Encoded as 4 big-endian bytes.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CircuitId(NonZeroU32);
-
-/// Identifies a stream within its circuit.
-///
-/// Never zero: id 0 is reserved on the wire for messages about the circuit as a whole.
-/// Encoded as 2 big-endian bytes.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StreamId(NonZeroU16);
-
-macro_rules! small_id {
-    ($name:ident, $int:ty, $nz:ty, $kind:literal, $width:literal) => {
-        impl $name {
-            /// Encoded length in bytes.
-            pub const LEN: usize = std::mem::size_of::<$int>();
-
-            /// The id with this value, or `None` for the reserved value 0.
-            pub const fn new(value: $int) -> Option<Self> {
-                match <$nz>::new(value) {
-                    Some(v) => Some($name(v)),
-                    None => None,
-                }
-            }
-
-            /// The numeric value (never 0).
-            pub const fn get(self) -> $int {
-                self.0.get()
-            }
-
-            /// Big-endian wire encoding.
-            pub const fn to_be_bytes(self) -> [u8; std::mem::size_of::<$int>()] {
-                self.0.get().to_be_bytes()
-            }
-
-            /// Decode the big-endian wire encoding; 0 is an error because it is reserved.
-            pub fn from_be_bytes(bytes: [u8; std::mem::size_of::<$int>()]) -> Result<Self, Error> {
-                Self::new(<$int>::from_be_bytes(bytes)).ok_or(Error::InvalidId {
-                    kind: $kind,
-                    reason: "0 is reserved".to_owned(),
-                })
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!("{:#0", $width, "x}"), self.0.get())
-            }
-        }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!(stringify!($name), "({})"), self)
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = Error;
-
-            /// Parses decimal or `0x`-prefixed hex.
-            fn from_str(s: &str) -> Result<Self, Error> {
-                let s = s.trim();
-                let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-                    Some(hex) => <$int>::from_str_radix(hex, 16),
-                    None => s.parse::<$int>(),
-                };
-                let value = parsed.map_err(|e| Error::InvalidId {
-                    kind: $kind,
-                    reason: format!("{s:?}: {e}"),
-                })?;
-                Self::new(value).ok_or(Error::InvalidId {
-                    kind: $kind,
-                    reason: "0 is reserved".to_owned(),
-                })
-            }
-        }
-    };
-}
-
-small_id!(CircuitId, u32, NonZeroU32, "circuit id", "10");
-small_id!(StreamId, u16, NonZeroU16, "stream id", "6");
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,26 +144,6 @@ mod tests {
         assert_eq!("AB".repeat(32).parse::<NodeId>().unwrap(), id);
     }
 
-    #[test]
-    fn small_ids_reject_zero_and_format_as_hex() {
-        assert!(CircuitId::new(0).is_none());
-        assert!(CircuitId::from_be_bytes([0; 4]).is_err());
-        assert!(StreamId::from_be_bytes([0; 2]).is_err());
-        assert!("0".parse::<StreamId>().is_err());
-        let c = CircuitId::new(0x1234).unwrap();
-        assert_eq!(c.to_string(), "0x00001234");
-        assert_eq!(format!("{c:?}"), "CircuitId(0x00001234)");
-        assert_eq!("0x00001234".parse::<CircuitId>().unwrap(), c);
-        assert_eq!("4660".parse::<CircuitId>().unwrap(), c);
-        assert!(
-            "70000"
-                .parse::<StreamId>()
-                .unwrap_err()
-                .to_string()
-                .contains("stream id")
-        );
-    }
-
     proptest! {
         #[test]
         fn node_id_text_round_trips(bytes in any::<[u8; 32]>()) {
@@ -260,20 +155,6 @@ mod tests {
         #[test]
         fn node_id_parse_never_panics(s in ".{0,80}") {
             let _ = s.parse::<NodeId>();
-        }
-
-        #[test]
-        fn circuit_id_wire_and_text_round_trip(v in 1u32..) {
-            let id = CircuitId::new(v).unwrap();
-            prop_assert_eq!(CircuitId::from_be_bytes(id.to_be_bytes()).unwrap(), id);
-            prop_assert_eq!(id.to_string().parse::<CircuitId>().unwrap(), id);
-        }
-
-        #[test]
-        fn stream_id_wire_and_text_round_trip(v in 1u16..) {
-            let id = StreamId::new(v).unwrap();
-            prop_assert_eq!(StreamId::from_be_bytes(id.to_be_bytes()).unwrap(), id);
-            prop_assert_eq!(id.to_string().parse::<StreamId>().unwrap(), id);
         }
     }
 }

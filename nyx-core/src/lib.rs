@@ -6,11 +6,11 @@
 //!   thread, with no heap allocation per acquire/release in steady state.
 //! * [`rate`]: a lock-free GCRA rate limiter in one atomic word, and a keyed limiter (per peer,
 //!   per IP prefix, per circuit) whose memory strangers cannot grow.
-//! * [`id`]: [`NodeId`], [`CircuitId`], [`StreamId`].
-//! * [`time`]: the [`Timestamp`] that sans-IO code takes as `now`, and a [`CoarseClock`] a
-//!   driver ticks so the data path never reads the system clock.
-//! * [`config`]: typed node configuration with documented defaults and validation (serde
-//!   derives behind the `serde` feature).
+//! * [`id`]: [`NodeId`], the identity of a node.
+//! * [`time`]: the [`Timestamp`] that sans-IO code takes as `now`, and the [`CoarseClock`]
+//!   each async driver keeps as its time line.
+//! * [`config`]: the link transport and resource limits, typed, with documented defaults
+//!   and validation (serde derives behind the `serde` feature).
 //! * [`redact`]: the process-wide switch for logging identifying details, and the
 //!   [`Redacted`](redact::Redacted) wrapper that scrubs addresses and node ids from logs.
 //!
@@ -31,5 +31,5 @@ pub mod redact;
 pub mod time;
 
 pub use error::{Error, Result};
-pub use id::{CircuitId, NodeId, StreamId};
+pub use id::NodeId;
 pub use time::Timestamp;

@@ -117,10 +117,13 @@ impl fmt::Display for Timestamp {
 
 /// A clock that is read with one relaxed atomic load and advanced by a driver.
 ///
-/// The daemon owns one `CoarseClock`, calls [`tick`](CoarseClock::tick) from a timer (every
-/// millisecond, say) and hands clones to the data path, which calls [`now`](CoarseClock::now)
-/// per packet instead of `Instant::now()`. Readings are at most one tick period stale, never go
-/// backwards, and clones share the same reading.
+/// Each async driver owns one as its time line: it [`tick`](CoarseClock::tick)s it when it
+/// wakes up and passes the reading to its sans-IO state machine, converts the machine's next
+/// deadline back with [`instant_of`](CoarseClock::instant_of) for its timer, and code that
+/// runs within the same wake-up reads [`now`](CoarseClock::now) (one relaxed load) instead of
+/// the system clock. In NyxNet the node's driver, each circuit's stream endpoint, the UDP
+/// transport and the fault shim do so. Readings never go backwards, and clones share the same
+/// reading.
 ///
 /// ```
 /// use nyx_core::time::CoarseClock;

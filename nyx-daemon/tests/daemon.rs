@@ -277,7 +277,7 @@ async fn control_api_cli_reload_and_metrics() {
     let descriptor =
         std::fs::read_to_string(Path::new(&daemon.ready.data_dir).join("descriptor.txt")).unwrap();
     let (published, _) =
-        nyx_daemon::directory::Directory::parse(&descriptor, nyx_daemon::node::unix_now()).unwrap();
+        nyx_overlay::directory::Directory::parse(&descriptor, nyx_node::unix_now()).unwrap();
     let d = published.iter().next().unwrap();
     assert!(
         d.exit_policy().allows(&"127.0.0.1:80".parse().unwrap()),
@@ -291,7 +291,7 @@ async fn control_api_cli_reload_and_metrics() {
         .unwrap()
         .into_inner();
     assert!(r.applied.is_empty(), "{r:?}");
-    assert_eq!(r.restart_required, ["socks"]);
+    assert_eq!(r.restart_required, ["socks.listen"]);
     // A broken file changes nothing and says why.
     std::fs::write(&config, "[limits]\nmax_circuts = 1\n").unwrap();
     let err = c

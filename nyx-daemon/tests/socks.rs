@@ -11,14 +11,11 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use nyx_core::config::TransportKind;
 use nyx_daemon::Error;
-use nyx_daemon::directory::testnet::{TestnetSpec, generate};
-use nyx_daemon::node::testnet::{LocalTestnet, LocalTestnetSpec};
-use nyx_daemon::node::{Node, NodeSettings, unix_now};
-use nyx_daemon::overlay::OverlayConfig;
-use nyx_daemon::path::PathConfig;
 use nyx_daemon::socks::{Reply, SocksConfig, SocksServer};
+use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, WebServer};
+use nyx_node::{Node, unix_now};
+use nyx_overlay::directory::testnet::{TestnetSpec, generate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
@@ -34,43 +31,24 @@ fn file() -> Vec<u8> {
         .collect()
 }
 
-fn settings() -> NodeSettings {
-    NodeSettings {
-        overlay: OverlayConfig {
-            keepalive: Duration::from_millis(500),
-            link_timeout: Duration::from_secs(3),
-            ..OverlayConfig::default()
-        },
-        path: PathConfig {
-            distinct_subnets: false,
-            ..PathConfig::default()
-        },
-        ..NodeSettings::default()
-    }
-}
-
 /// A testnet (exits allow loopback only), a client node, an HTTP server and a SOCKS server.
 struct Fixture {
     _testnet: LocalTestnet,
     client: Node,
     http: SocketAddr,
+    _web: WebServer,
     socks: SocksServer,
 }
 
 async fn fixture(net: u8, config: SocksConfig) -> Fixture {
     let spec = LocalTestnetSpec {
-        nodes: 5,
         net,
-        settings: settings(),
         ..LocalTestnetSpec::default()
     };
-    let testnet = LocalTestnet::start(spec, TransportKind::Quic)
+    let testnet = LocalTestnet::start(spec).await.unwrap();
+    let client = testnet.client().unwrap();
+    let web = WebServer::start(vec![("/file".into(), file())])
         .await
-        .unwrap();
-    let client = Node::builder()
-        .directory(testnet.directory.clone())
-        .settings(settings())
-        .build()
         .unwrap();
     let socks = SocksServer::bind("127.0.0.1:0".parse().unwrap(), client.handle(), config)
         .await
@@ -78,7 +56,8 @@ async fn fixture(net: u8, config: SocksConfig) -> Fixture {
     Fixture {
         _testnet: testnet,
         client,
-        http: support::http_file_server(file()).await,
+        http: web.addr(),
+        _web: web,
         socks,
     }
 }
@@ -172,7 +151,7 @@ fn check_response(response: &[u8]) {
         .position(|w| w == b"\r\n\r\n")
         .expect("a response head");
     let head = String::from_utf8_lossy(&response[..split]);
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
     let body = &response[split + 4..];
     assert_eq!(body.len(), FILE_LEN, "body length");
     assert!(body == file().as_slice(), "body bytes differ");

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use nyx_daemon::node::NodeStats;
-use nyx_daemon::stream::MuxStats;
 use nyx_daemon::telemetry::prometheus::{CONTENT_TYPE, PrometheusConfig, PrometheusServer};
 use nyx_daemon::telemetry::{ExtraMetric, MetricsSnapshot, snapshot_source};
+use nyx_node::NodeStats;
+use nyx_overlay::stream::MuxStats;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;

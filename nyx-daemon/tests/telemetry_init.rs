@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use nyx_core::config::{LogConfig, LogFormat, TelemetryConfig};
 use nyx_core::redact::{Redacted, sensitive_logging};
 use nyx_daemon::Error;
+use nyx_daemon::daemon::config::{LogConfig, LogFormat, TelemetryConfig};
 use nyx_daemon::telemetry::{ExtraMetric, MetricsSnapshot, Telemetry};
 
 /// Guards against a hang; never reached when shutdown keeps its bound.

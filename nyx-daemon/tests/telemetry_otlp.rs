@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nyx_core::config::{LogConfig, TelemetryConfig};
 use nyx_core::redact::Redacted;
+use nyx_daemon::daemon::config::{LogConfig, TelemetryConfig};
 use nyx_daemon::telemetry::{ExtraMetric, MetricsSnapshot, Telemetry};
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nyx_daemon::control::pb;
+use nyx_node::testing::WebServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What `nyx testnet --json` prints once the network is up.
@@ -99,7 +100,10 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
 
     // curl through SOCKS5, byte-exact, with and without credentials; the demo page.
     let file = random_bytes(3 << 20, 7);
-    let web = support::http_file_server(file.clone()).await.to_string();
+    let web = WebServer::start(vec![("/file".into(), file.clone())])
+        .await
+        .unwrap();
+    let web = web.addr().to_string();
     let url = format!("http://{web}/file");
     let (socks, url2) = (s.socks.clone(), url.clone());
     let got = tokio::task::spawn_blocking(move || curl(&socks, &url2, &[]))

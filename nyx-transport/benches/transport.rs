@@ -6,8 +6,8 @@
 //! * `cells/throughput/{quic,udp}`: 1152-byte cells one way over loopback with full crypto, vs
 //!   `raw_quinn`: quinn datagrams with no NyxNet code, and `plain_send_to`: tokio `send_to`.
 //!   Reported as time per cell.
-//! * `pool/pooled_connect` vs `pool/fresh_connect`: a pooled link vs a new hybrid
-//!   post-quantum QUIC handshake.
+//! * `quic/connect`: a new QUIC link, hybrid post-quantum handshake and identity check
+//!   included.
 
 use std::hint::black_box;
 use std::net::{SocketAddr, UdpSocket};
@@ -20,10 +20,9 @@ use nyx_core::Timestamp;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
 use nyx_crypto::link::LinkKey;
-use nyx_transport::pool::{LinkPool, PoolConfig};
 use nyx_transport::quic::{QuicConfig, QuicEndpoint};
+use nyx_transport::udp::{UdpCommand, UdpTransport};
 use nyx_transport::udp::{UdpConfig, UdpEngine, UdpEvent};
-use nyx_transport::udp_driver::{UdpCommand, UdpTransport};
 use tokio::sync::mpsc;
 
 const SIZES: [usize; 5] = [64, 512, 1024, 4096, 8192];
@@ -338,25 +337,18 @@ fn cells(c: &mut Criterion) {
     g.finish();
 }
 
-fn pool(c: &mut Criterion) {
+fn connect(c: &mut Criterion) {
     let rt = runtime();
-    let (pool, peer, addr, _server) = rt.block_on(async {
-        let a = Arc::new(
+    let (a, peer, addr, _b) = rt.block_on(async {
+        let bind = |seed| {
             QuicEndpoint::bind(
                 "127.0.0.1:0".parse().expect("addr"),
-                identity(1),
+                identity(seed),
                 QuicConfig::default(),
             )
-            .expect("a"),
-        );
-        let b = Arc::new(
-            QuicEndpoint::bind(
-                "127.0.0.1:0".parse().expect("addr"),
-                identity(2),
-                QuicConfig::default(),
-            )
-            .expect("b"),
-        );
+            .expect("bind")
+        };
+        let (a, b) = (Arc::new(bind(1)), Arc::new(bind(2)));
         let addr = b.local_addr().expect("addr");
         let server = b.clone();
         tokio::spawn(async move {
@@ -370,23 +362,13 @@ fn pool(c: &mut Criterion) {
                 }
             }
         });
-        (
-            LinkPool::new(a.clone(), PoolConfig::default()),
-            identity(2).node_id(),
-            addr,
-            (a, b),
-        )
+        (a, identity(2).node_id(), addr, b)
     });
-    rt.block_on(pool.get(peer, addr)).expect("first dial");
-    let mut g = c.benchmark_group("pool");
-    g.bench_function("pooled_connect", |bench| {
-        bench.iter(|| black_box(rt.block_on(pool.get(peer, addr)).expect("pooled")))
-    });
+    let mut g = c.benchmark_group("quic");
     g.sample_size(20);
-    let endpoint = _server.0.clone();
-    g.bench_function("fresh_connect", |bench| {
+    g.bench_function("connect", |bench| {
         bench.iter(|| {
-            let link = rt.block_on(endpoint.connect(peer, addr)).expect("dial");
+            let link = rt.block_on(a.connect(peer, addr)).expect("dial");
             link.close("bench");
             black_box(link.peer())
         })
@@ -394,5 +376,5 @@ fn pool(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, udp_loopback, cells, pool);
+criterion_group!(benches, udp_loopback, cells, connect);
 criterion_main!(benches);

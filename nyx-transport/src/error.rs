@@ -4,7 +4,7 @@ use nyx_core::NodeId;
 use nyx_core::redact::Redacted;
 
 /// What can go wrong on a link.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The peer proved another identity than the one dialled. Its message names both only
@@ -31,12 +31,26 @@ pub enum Error {
         reason: String,
     },
 
-    /// The link failed or was closed (socket error, handshake failure, peer gone).
+    /// The link failed or was closed (handshake failure, peer gone, queue closed).
     #[error("link: {reason}")]
     Link {
         /// What happened.
         reason: String,
     },
+
+    /// A socket operation failed (bind, configure, read readiness).
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The operating system's error (shared, so the error stays `Clone`).
+        #[source]
+        source: std::sync::Arc<std::io::Error>,
+    },
+
+    /// A QUIC connection could not be made or was lost.
+    #[error("QUIC connection: {0}")]
+    Connection(#[source] quinn::ConnectionError),
 
     /// A cell larger than the path carries now.
     #[error("cell of {len} bytes exceeds the path's datagram size {max}")]
@@ -52,13 +66,6 @@ pub enum Error {
     ControlTooLarge {
         /// Its length.
         len: usize,
-    },
-
-    /// Dialling this peer failed recently; the pool waits before trying again.
-    #[error("peer unreachable recently; next dial in {retry_in:?}")]
-    Backoff {
-        /// Time until the next dial may start.
-        retry_in: std::time::Duration,
     },
 
     /// TLS configuration failed.

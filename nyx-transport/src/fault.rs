@@ -4,7 +4,7 @@
 //! [`FaultShim`] is the sans-IO core: push datagrams in with the time they arrived, pop them
 //! out when they are due. [`FaultySocket`] applies it to what a UDP socket receives, so any
 //! transport reading through it sees a lossy, reordering network between real sockets;
-//! [`crate::udp_driver::UdpTransport::set_faults`] puts it on the UDP transport's receive
+//! [`crate::udp::UdpTransport::set_faults`] puts it on the UDP transport's receive
 //! path, and [`FaultyQuicSocket`] is the QUIC endpoint's equivalent.
 
 use std::cmp::Reverse;
@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nyx_core::Timestamp;
+use nyx_core::time::CoarseClock;
 use tokio::net::UdpSocket;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -64,7 +65,7 @@ pub struct FaultStats {
 }
 
 /// A [`FaultStats`] shared between the task that owns a shim and the test reading it (the
-/// shim of [`crate::udp_driver::UdpTransport::set_faults`] lives inside the running
+/// shim of [`crate::udp::UdpTransport::set_faults`] lives inside the running
 /// transport). Cheap to clone; every clone reads the same counters.
 #[derive(Debug, Clone, Default)]
 pub struct FaultCounters {
@@ -196,7 +197,8 @@ impl<T: Clone> FaultShim<T> {
 pub struct FaultySocket {
     socket: UdpSocket,
     shim: Mutex<FaultShim<(Vec<u8>, SocketAddr)>>,
-    epoch: Instant,
+    /// The shim's time line.
+    clock: CoarseClock,
 }
 
 impl FaultySocket {
@@ -205,7 +207,7 @@ impl FaultySocket {
         FaultySocket {
             socket,
             shim: Mutex::new(FaultShim::new(config)),
-            epoch: Instant::now(),
+            clock: CoarseClock::new(),
         }
     }
 
@@ -233,7 +235,7 @@ impl FaultySocket {
             }
             let wake = shim
                 .next_due()
-                .map(|due| self.epoch + Duration::from_nanos(due.as_nanos()));
+                .map(|due| Instant::from_std(self.clock.instant_of(due)));
             drop(shim);
             let received = match wake {
                 Some(at) => tokio::select! {
@@ -258,7 +260,7 @@ impl FaultySocket {
     }
 
     fn now(&self) -> Timestamp {
-        Timestamp::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+        self.clock.tick()
     }
 }
 

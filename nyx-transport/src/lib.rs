@@ -1,9 +1,7 @@
 //! # nyx-transport: QUIC and UDP links between NyxNet nodes
 //!
-//! What it is for: links between nodes with authenticated peers,
-//! post-quantum key exchange, one pooled connection per peer and batched datagram I/O.
-//!
-//! Built so far:
+//! What it is for: links between nodes with authenticated peers, post-quantum key exchange
+//! and batched datagram I/O:
 //!
 //! * [`link`]: the one interface the overlay uses over both transports: [`link::CellLink`]
 //!   to send a cell to a verified peer, [`link::Inbound`] cells from one channel.
@@ -17,18 +15,17 @@
 //! * [`quic`]: the QUIC transport: one quinn endpoint per node, cells in DATAGRAM frames
 //!   (size checked on every send), control messages on one reliable stream per link, peers
 //!   verified by `NodeId`.
-//! * [`udp`]: the UDP transport's protocol engine (sans-IO): nyx-crypto's link handshake and
-//!   sessions over raw datagrams, a stateless cookie step and per-source HELLO limits before
-//!   any expensive cryptography.
-//! * [`udp_driver`]: the task that owns a UDP socket and the engine, with GSO/GRO and
-//!   `recvmmsg` batching (quinn-udp).
-//! * [`pool`]: one link per peer, reused; concurrent dials merged; idle close; LRU cap;
-//!   redial with exponential backoff and jitter; no lock held across a handshake.
+//! * [`udp`]: the UDP transport: its protocol engine, sans-IO ([`udp::UdpEngine`]:
+//!   nyx-crypto's link handshake and sessions over raw datagrams, a stateless cookie step and
+//!   per-source HELLO limits before any expensive cryptography), and the task that owns a
+//!   socket and the engine ([`udp::UdpTransport`], with GSO/GRO and `recvmmsg` batching
+//!   through quinn-udp).
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
 //!   tests of this crate and the overlay put between real sockets.
 //!
-//!
-//! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-daemon).
+//! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-overlay), or
+//! deciding which links to keep: the node (nyx-node) opens links when its overlay asks for
+//! them and closes them when the overlay declares them dead, one per peer.
 
 #![forbid(unsafe_code)]
 
@@ -36,11 +33,9 @@ mod error;
 pub mod fault;
 pub mod identity_tls;
 pub mod link;
-pub mod pool;
 pub mod pq_kx;
 pub mod quic;
 pub mod udp;
-pub mod udp_driver;
 
 pub use error::Error;
 

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::Error;
 use crate::quic::QuicLink;
-use crate::udp_driver::UdpCommand;
+use crate::udp::UdpCommand;
 
 /// What arrives on a link.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -434,13 +434,12 @@ fn transport(config: &QuicConfig) -> Result<quinn::TransportConfig, Error> {
 }
 
 fn io(e: std::io::Error) -> Error {
-    Error::Link {
-        reason: e.to_string(),
+    Error::Io {
+        what: "QUIC socket",
+        source: Arc::new(e),
     }
 }
 
 fn connection_error(e: quinn::ConnectionError) -> Error {
-    Error::Link {
-        reason: e.to_string(),
-    }
+    Error::Connection(e)
 }

@@ -12,8 +12,8 @@ use nyx_crypto::kem::HybridSecretKey;
 use nyx_crypto::link::LinkKey;
 use nyx_transport::link::{CellLink, Inbound, Message, UdpLink, drive_quic_link};
 use nyx_transport::quic::{QuicConfig, QuicEndpoint};
+use nyx_transport::udp::{UdpCommand, UdpTransport};
 use nyx_transport::udp::{UdpConfig, UdpEvent};
-use nyx_transport::udp_driver::{UdpCommand, UdpTransport};
 use tokio::sync::mpsc;
 
 fn id(seed: u8) -> Arc<IdentityKey> {

@@ -12,8 +12,8 @@ use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
 use nyx_crypto::link::LinkKey;
 use nyx_transport::fault::{FaultConfig, FaultShim, FaultStats};
+use nyx_transport::udp::{UdpCommand, UdpTransport};
 use nyx_transport::udp::{UdpConfig, UdpEvent};
-use nyx_transport::udp_driver::{UdpCommand, UdpTransport};
 use tokio::sync::mpsc;
 
 struct Running {

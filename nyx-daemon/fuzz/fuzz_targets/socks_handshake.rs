@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nyx_daemon::directory::ExitTarget;
+use nyx_overlay::directory::ExitTarget;
 use nyx_daemon::socks::proto::{self, Parsed};
 
 /// Parse `bytes`; check what a result promises; return the value and the rest.

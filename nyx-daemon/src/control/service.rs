@@ -16,12 +16,13 @@ use super::pb;
 use super::pb::control_server::Control;
 use crate::Error;
 use crate::daemon::DaemonState;
-use crate::daemon::streams::StreamSource;
-use crate::directory::{Directory, ExitTarget};
-use crate::node::{IsolationGroup, NodeEvent};
-use crate::overlay::CircuitHandle;
-use crate::path::ExitRequirement;
-use crate::stream::ResetReason;
+use crate::daemon::stream_registry::StreamSource;
+use nyx_node::ErrorKind;
+use nyx_node::{IsolationGroup, NodeEvent};
+use nyx_overlay::circuit::CircuitHandle;
+use nyx_overlay::directory::{Directory, ExitTarget};
+use nyx_overlay::path::ExitRequirement;
+use nyx_overlay::stream::ResetReason;
 
 /// The control service of one daemon.
 #[derive(Debug, Clone)]
@@ -64,28 +65,38 @@ fn unix_millis() -> u64 {
 pub fn status(e: &Error) -> Status {
     let msg = e.to_string();
     match e {
-        Error::NodeStopped => Status::unavailable(msg),
-        Error::Path(_) => Status::failed_precondition(format!(
-            "{msg} (is the directory loaded? `nyx status` shows the relays known)"
-        )),
-        Error::BuildFailed { .. } => Status::unavailable(msg),
-        Error::BadTarget { .. } => Status::invalid_argument(msg),
-        Error::TooManyStreams { .. } => Status::resource_exhausted(msg),
-        Error::StreamReset { reason } => match reason {
-            ResetReason::Policy => Status::permission_denied(msg),
-            ResetReason::Refused | ResetReason::Unreachable | ResetReason::CircuitLost => {
-                Status::unavailable(msg)
-            }
-            ResetReason::Timeout => Status::deadline_exceeded(msg),
-            ResetReason::ResourceLimit => Status::resource_exhausted(msg),
-            _ => Status::aborted(msg),
-        },
+        Error::Node(e) => node_status(e),
         Error::ConfigRead { .. } | Error::ConfigSyntax { .. } | Error::ConfigInvalid { .. } => {
             Status::invalid_argument(msg)
         }
         Error::DirectoryRead { .. } | Error::DirectoryInvalid { .. } => {
             Status::failed_precondition(msg)
         }
+        _ => Status::internal(msg),
+    }
+}
+
+/// The gRPC status for a node error, by its [`ErrorKind`].
+pub(super) fn node_status(e: &nyx_node::Error) -> Status {
+    let msg = e.to_string();
+    if let nyx_node::Error::Overlay(nyx_overlay::Error::Path(_)) = e {
+        return Status::failed_precondition(format!(
+            "{msg} (is the directory loaded? `nyx status` shows the relays known)"
+        ));
+    }
+    match e.kind() {
+        ErrorKind::NodeStopped | ErrorKind::CircuitFailed | ErrorKind::NoPath => {
+            Status::unavailable(msg)
+        }
+        ErrorKind::InvalidInput => Status::invalid_argument(msg),
+        ErrorKind::ResourceLimit => Status::resource_exhausted(msg),
+        ErrorKind::NotAllowed => Status::permission_denied(msg),
+        ErrorKind::TargetRefused | ErrorKind::TargetUnreachable => Status::unavailable(msg),
+        ErrorKind::Closed if e.reset_reason() == Some(ResetReason::CircuitLost) => {
+            Status::unavailable(msg)
+        }
+        ErrorKind::Timeout => Status::deadline_exceeded(msg),
+        ErrorKind::Closed => Status::aborted(msg),
         _ => Status::internal(msg),
     }
 }
@@ -97,7 +108,7 @@ impl Control for ControlService {
         _: Request<pb::GetInfoRequest>,
     ) -> Result<Response<pb::NodeInfo>, Status> {
         let s = &self.state;
-        let stats = s.node.stats().await.map_err(|e| status(&e))?;
+        let stats = s.node.stats().await.map_err(|e| node_status(&e))?;
         let config = s.config();
         let directory = s.directory();
         let relays = directory.len();
@@ -134,7 +145,7 @@ impl Control for ControlService {
         &self,
         _: Request<pb::ListPeersRequest>,
     ) -> Result<Response<pb::ListPeersResponse>, Status> {
-        let peers = self.state.node.peers().await.map_err(|e| status(&e))?;
+        let peers = self.state.node.peers().await.map_err(|e| node_status(&e))?;
         let directory = self.state.directory();
         let peers = peers
             .into_iter()
@@ -155,7 +166,12 @@ impl Control for ControlService {
         &self,
         _: Request<pb::ListCircuitsRequest>,
     ) -> Result<Response<pb::ListCircuitsResponse>, Status> {
-        let list = self.state.node.circuits().await.map_err(|e| status(&e))?;
+        let list = self
+            .state
+            .node
+            .circuits()
+            .await
+            .map_err(|e| node_status(&e))?;
         let directory = self.state.directory();
         let circuits = list
             .into_iter()
@@ -190,7 +206,7 @@ impl Control for ControlService {
             .node
             .build_pooled(&IsolationGroup::default(), req)
             .await
-            .map_err(|e| status(&e))?;
+            .map_err(|e| node_status(&e))?;
         Ok(Response::new(pb::Circuit {
             id: handle.id(),
             hops: self.hops(&path, &self.state.directory()),
@@ -208,7 +224,7 @@ impl Control for ControlService {
             .node
             .close_circuit(CircuitHandle::from_id(id))
             .await
-            .map_err(|e| status(&e))?;
+            .map_err(|e| node_status(&e))?;
         if !closed {
             return Err(Status::not_found(format!(
                 "no circuit {id} (see `nyx circuits`)"
@@ -243,7 +259,7 @@ impl Control for ControlService {
             .node
             .connect_isolated(&open.target, &group)
             .await
-            .map_err(|e| status(&e))?;
+            .map_err(|e| node_status(&e))?;
         let ticket = self.state.streams.register(
             StreamSource::Control,
             &open.target,
@@ -366,7 +382,10 @@ impl Control for ControlService {
         tokio::spawn(async move {
             loop {
                 let event = match events.recv().await {
-                    Ok(e) => service.event(e),
+                    Ok(e) => match service.event(e) {
+                        Some(event) => event,
+                        None => continue,
+                    },
                     Err(broadcast::error::RecvError::Lagged(n)) => pb::Event {
                         kind: pb::EventKind::Lagged.into(),
                         time_unix_ms: unix_millis(),
@@ -457,7 +476,8 @@ fn samples(text: &str) -> std::collections::HashMap<String, f64> {
 }
 
 impl ControlService {
-    fn event(&self, event: NodeEvent) -> pb::Event {
+    /// The API's form of a node event; `None` for kinds the API has no name for yet.
+    fn event(&self, event: NodeEvent) -> Option<pb::Event> {
         let mut e = pb::Event {
             time_unix_ms: unix_millis(),
             ..Default::default()
@@ -494,8 +514,9 @@ impl ControlService {
                 e.message = message;
                 pb::EventKind::Error
             }
+            _ => return None,
         };
         e.kind = kind.into();
-        e
+        Some(e)
     }
 }

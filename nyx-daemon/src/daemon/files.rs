@@ -26,8 +26,8 @@ use nyx_crypto::link::LinkKey;
 use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
 
 use crate::Error;
-use crate::directory::Directory;
-use crate::node::NodeKeys;
+use nyx_node::NodeKeys;
+use nyx_overlay::directory::Directory;
 
 /// File names inside the data directory.
 pub const IDENTITY_FILE: &str = "keys/identity.key";
@@ -125,12 +125,24 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), Error> {
 }
 
 /// Read the directory at `path`; a missing file is an empty directory (no relays yet).
-/// Rejected descriptor lines are logged (counted) and skipped.
+/// Rejected descriptor lines are logged (counted) and skipped; a file whose header is wrong
+/// is refused whole.
 pub fn read_directory(path: &Path, now_unix: u64) -> Result<Directory, Error> {
-    if !path.exists() {
-        return Ok(Directory::from_descriptors(Vec::new())?);
-    }
-    let (directory, rejected) = Directory::load(path, now_unix)?;
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Directory::default()),
+        Err(source) => {
+            return Err(Error::DirectoryRead {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let (directory, rejected) =
+        Directory::parse(&text, now_unix).map_err(|source| Error::DirectoryInvalid {
+            path: path.to_owned(),
+            source,
+        })?;
     if !rejected.is_empty() {
         tracing::warn!(
             rejected = rejected.len(),
@@ -190,5 +202,31 @@ mod tests {
     fn missing_directory_file_is_empty() {
         let d = read_directory(Path::new("/nonexistent/dir.txt"), 1).unwrap();
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_directory_file_without_its_header_is_refused_and_a_good_one_loads() {
+        use nyx_overlay::directory::testnet::{self, TestnetSpec};
+        let now = 1_000_000;
+        let (_, generated) = testnet::generate(&TestnetSpec::default(), now).unwrap();
+        let document = generated.to_text();
+        let body = document.split_once('\n').unwrap().1;
+        let dir = temp_dir("directory");
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("directory.txt");
+        fs::write(&path, body).unwrap();
+        let err = read_directory(&path, now).unwrap_err();
+        assert!(matches!(err, Error::DirectoryInvalid { .. }), "{err}");
+        assert!(err.to_string().contains("directory.txt"), "{err}");
+        fs::write(&path, &document).unwrap();
+        let loaded = read_directory(&path, now).unwrap();
+        assert_eq!(loaded.len(), generated.len());
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o000)).unwrap();
+        if fs::read(&path).is_err() {
+            // Not root: an unreadable file is an error, not an empty directory.
+            let err = read_directory(&path, now).unwrap_err();
+            assert!(matches!(err, Error::DirectoryRead { .. }), "{err}");
+        }
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

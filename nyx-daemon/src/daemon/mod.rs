@@ -3,7 +3,7 @@
 //! The `nyx-daemon` binary is [`cli::main`]: telemetry, then [`Daemon::start`] and
 //! [`Daemon::wait`]; tests and embedders can run a daemon in-process the same way.
 //!
-//! What it is not for: the network itself (that is [`crate::node`]), or choosing the tokio
+//! What it is not for: the network itself (that is [`nyx_node`]), or choosing the tokio
 //! runtime and installing the global tracing subscriber (the binary does both).
 
 pub mod cli;
@@ -11,7 +11,7 @@ pub mod config;
 pub mod files;
 mod run;
 mod state;
-pub mod streams;
+pub mod stream_registry;
 
 pub use config::{ConfigDiff, DaemonConfig};
 pub use run::{Daemon, READY_PREFIX, Ready};

@@ -15,9 +15,9 @@ use super::files;
 use super::state::{DaemonState, Endpoints, LogControl, StateParts};
 use crate::Error;
 use crate::control::{self, ControlListener};
-use crate::node::{BoundNode, Node, unix_now};
 use crate::telemetry::prometheus::{PrometheusConfig, PrometheusServer};
 use crate::telemetry::{MetricsSnapshot, SnapshotSource, snapshot_source};
+use nyx_node::{BoundNode, Node, unix_now};
 
 /// The line a daemon prints on stdout once it serves, followed by a JSON object with its
 /// node id and addresses (`nyx testnet` and tests read it).

@@ -12,12 +12,12 @@ use tokio::sync::watch;
 
 use super::config::{ConfigDiff, DaemonConfig};
 use super::files;
-use super::streams::StreamRegistry;
+use super::stream_registry::StreamRegistry;
 use crate::Error;
-use crate::directory::{DescriptorBuilder, Directory};
-use crate::node::{NodeHandle, unix_now};
 use crate::socks::SocksCounters;
 use crate::telemetry::{ExtraMetric, MetricsSnapshot, render_prometheus};
+use nyx_node::{NodeHandle, unix_now};
+use nyx_overlay::directory::{DescriptorBuilder, Directory};
 
 /// Changes the log filter of the running process (installed by the binary's telemetry);
 /// returns a description of what is wrong with directives it refuses.
@@ -269,12 +269,14 @@ impl DaemonState {
         let old = self.config();
         let diff = old.diff(&new);
         // Everything that can fail is checked before anything changes.
-        let policy = new.exit_policy().map_err(|e| Error::OverlayConfig {
-            reason: e.to_string(),
-        })?;
+        let policy = new
+            .exit_policy()
+            .map_err(|e| nyx_overlay::Error::OverlayConfig {
+                reason: e.to_string(),
+            })?;
         let limits = new
             .live_limits()
-            .map_err(|reason| Error::OverlayConfig { reason })?;
+            .map_err(|reason| nyx_overlay::Error::OverlayConfig { reason })?;
         let directory = files::read_directory(&self.directory_path(&new), unix_now())?;
         if new.log.level != old.log.level
             && let Err(reason) = self.set_log_level(&new.log.level)
@@ -329,8 +331,12 @@ impl DaemonState {
 
     /// Sign `builder` and write it as the node's published descriptor.
     pub fn publish(&self, builder: DescriptorBuilder) -> Result<(), Error> {
-        let descriptor = builder.clone().sign(&self.identity)?;
-        let directory = Directory::from_descriptors(vec![descriptor])?;
+        let descriptor = builder
+            .clone()
+            .sign(&self.identity)
+            .map_err(nyx_overlay::Error::from)?;
+        let directory =
+            Directory::from_descriptors(vec![descriptor]).map_err(nyx_overlay::Error::from)?;
         files::write_atomic(
             &self.endpoints.data_dir.join(files::DESCRIPTOR_FILE),
             &directory.to_text(),

@@ -23,8 +23,8 @@
 //! [`proto`] is the sans-IO codec (also what the fuzz target feeds); the server is the only
 //! part that does IO.
 //!
-//! [`NyxStream`]: crate::node::NyxStream
-//! [`NodeHandle::connect_isolated`]: crate::node::NodeHandle::connect_isolated
+//! [`NyxStream`]: nyx_node::NyxStream
+//! [`NodeHandle::connect_isolated`]: nyx_node::NodeHandle::connect_isolated
 
 pub mod proto;
 mod server;
@@ -36,10 +36,8 @@ pub use proto::{Reply, SocksError};
 pub use server::{SocksConfig, SocksServer, serve};
 pub use stats::{SocksCounters, SocksStats};
 
-use crate::Error;
-use crate::node::IsolationGroup;
-use crate::path::PathError;
-use crate::stream::ResetReason;
+use nyx_node::ErrorKind;
+use nyx_node::IsolationGroup;
 
 /// The isolation group of a SOCKS client: without credentials, the node's default group
 /// (shared with `connect` and the control API's pre-built circuits), otherwise
@@ -67,30 +65,26 @@ fn hex_digit(n: u8) -> char {
     char::from(b"0123456789abcdef"[usize::from(n & 0x0f)])
 }
 
-/// The reply for a failed [`NodeHandle::connect_isolated`]:
+/// The reply for a failed [`NodeHandle::connect_isolated`], by the error's
+/// [`ErrorKind`]:
 ///
-/// | error | reply |
+/// | kind | reply |
 /// |---|---|
-/// | stream reset, target refused | 0x05 connection refused |
-/// | stream reset, exit policy | 0x02 not allowed by ruleset |
-/// | no exit's policy allows the target (`PathError::NoExit`) | 0x02 not allowed by ruleset |
-/// | stream reset, unreachable or unresolvable | 0x04 host unreachable |
-/// | stream reset, timeout | 0x06 TTL expired |
-/// | no path or circuit (other path errors, every build attempt failed) | 0x03 network unreachable |
+/// | `TargetRefused` (stream reset: the target refused) | 0x05 connection refused |
+/// | `NotAllowed` (stream reset by exit policy, or no exit's policy allows the target) | 0x02 not allowed by ruleset |
+/// | `TargetUnreachable` (stream reset: unreachable or unresolvable) | 0x04 host unreachable |
+/// | `Timeout` (stream reset: timeout) | 0x06 TTL expired |
+/// | `NoPath`, `CircuitFailed` (no path, every build attempt failed) | 0x03 network unreachable |
 /// | anything else (bad target, circuit lost, resource limit, node stopped) | 0x01 general failure |
 ///
-/// [`NodeHandle::connect_isolated`]: crate::node::NodeHandle::connect_isolated
-pub fn reply_for_error(error: &Error) -> Reply {
-    match error {
-        Error::StreamReset { reason } => match reason {
-            ResetReason::Refused => Reply::ConnectionRefused,
-            ResetReason::Policy => Reply::NotAllowed,
-            ResetReason::Unreachable => Reply::HostUnreachable,
-            ResetReason::Timeout => Reply::TtlExpired,
-            _ => Reply::GeneralFailure,
-        },
-        Error::Path(PathError::NoExit { .. }) => Reply::NotAllowed,
-        Error::Path(_) | Error::BuildFailed { .. } => Reply::NetworkUnreachable,
+/// [`NodeHandle::connect_isolated`]: nyx_node::NodeHandle::connect_isolated
+pub fn reply_for_error(error: &nyx_node::Error) -> Reply {
+    match error.kind() {
+        ErrorKind::TargetRefused => Reply::ConnectionRefused,
+        ErrorKind::NotAllowed => Reply::NotAllowed,
+        ErrorKind::TargetUnreachable => Reply::HostUnreachable,
+        ErrorKind::Timeout => Reply::TtlExpired,
+        ErrorKind::NoPath | ErrorKind::CircuitFailed => Reply::NetworkUnreachable,
         _ => Reply::GeneralFailure,
     }
 }

@@ -32,7 +32,7 @@ pub const ATYP_IPV4: u8 = 0x01;
 pub const ATYP_DOMAIN: u8 = 0x03;
 /// Address type: IPv6 (16 bytes).
 pub const ATYP_IPV6: u8 = 0x04;
-/// Longest host name accepted (the limit of [`ExitTarget`](crate::directory::ExitTarget);
+/// Longest host name accepted (the limit of [`ExitTarget`](nyx_overlay::directory::ExitTarget);
 /// the wire allows 255).
 pub const MAX_HOST_LEN: usize = 253;
 /// Length of every reply [`encode_reply`] makes (an IPv4 bound address).
@@ -296,7 +296,7 @@ impl TargetAddr {
 
 impl fmt::Display for TargetAddr {
     /// `1.2.3.4:port`, `[v6]:port` or `host:port`: the form
-    /// [`ExitTarget`](crate::directory::ExitTarget) parses.
+    /// [`ExitTarget`](nyx_overlay::directory::ExitTarget) parses.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TargetAddr::Ip(a) => write!(f, "{a}"),

@@ -15,9 +15,9 @@ use super::proto::{self, Method, Parsed, Reply, SocksError, TargetAddr};
 use super::stats::{Active, Event, SocksCounters, SocksStats};
 use super::{isolation_group, reply_for_error};
 use crate::Error;
-use crate::daemon::streams::{Counted, StreamRegistry, StreamSource};
-use crate::node::{IsolationGroup, NodeHandle, NyxStream};
-use crate::stream::ResetReason;
+use crate::daemon::stream_registry::{Counted, StreamRegistry, StreamSource};
+use nyx_node::{IsolationGroup, NodeHandle, NyxStream};
+use nyx_overlay::stream::ResetReason;
 
 /// How the SOCKS5 server runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,11 +8,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::proto::*;
 use super::server::{HandshakeError, handshake};
 use super::{isolation_group, reply_for_error};
-use crate::Error;
-use crate::directory::ExitTarget;
-use crate::node::IsolationGroup;
-use crate::path::PathError;
-use crate::stream::ResetReason;
+use nyx_node::Error;
+use nyx_node::IsolationGroup;
+use nyx_overlay::directory::ExitTarget;
+use nyx_overlay::path::PathError;
+use nyx_overlay::stream::ResetReason;
 
 mod props;
 
@@ -233,7 +233,8 @@ fn replies_carry_every_code_and_a_zero_bound_address() {
 
 #[test]
 fn connect_errors_map_to_the_documented_replies() {
-    let reset = |reason| Error::StreamReset { reason };
+    use nyx_overlay::Error as O;
+    let reset = |reason| Error::from(O::StreamReset { reason });
     let cases = [
         (reset(ResetReason::Refused), Reply::ConnectionRefused),
         (reset(ResetReason::Policy), Reply::NotAllowed),
@@ -242,24 +243,30 @@ fn connect_errors_map_to_the_documented_replies() {
         (reset(ResetReason::CircuitLost), Reply::GeneralFailure),
         (reset(ResetReason::ResourceLimit), Reply::GeneralFailure),
         (
-            Error::Path(PathError::NoExit {
+            O::Path(PathError::NoExit {
                 target: "10.1.2.3:80".into(),
-            }),
+            })
+            .into(),
             Reply::NotAllowed,
         ),
-        (Error::Path(PathError::NoGuard), Reply::NetworkUnreachable),
         (
-            Error::BuildFailed {
-                attempts: 3,
-                reason: crate::overlay::DestroyReason::Timeout,
-            },
+            O::Path(PathError::NoGuard).into(),
             Reply::NetworkUnreachable,
         ),
         (
-            Error::BadTarget {
+            O::BuildFailed {
+                attempts: 3,
+                reason: nyx_overlay::circuit::DestroyReason::Timeout,
+            }
+            .into(),
+            Reply::NetworkUnreachable,
+        ),
+        (
+            O::BadTarget {
                 target: "x".into(),
                 reason: "bad",
-            },
+            }
+            .into(),
             Reply::GeneralFailure,
         ),
         (Error::NodeStopped, Reply::GeneralFailure),

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::families::{FAMILIES, family};
-use crate::node::NodeStats;
-use crate::stream::MuxStats;
+use nyx_node::NodeStats;
+use nyx_overlay::stream::MuxStats;
 
 /// A label: key and value, both fixed strings.
 pub type Label = (&'static str, &'static str);

@@ -20,6 +20,7 @@
 //! `tracing::dispatcher::with_default`.
 
 mod families;
+mod log_filter;
 pub mod metrics;
 mod otel;
 pub mod prometheus;
@@ -28,7 +29,7 @@ use std::io::IsTerminal as _;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use nyx_core::config::{LogConfig, LogFormat, TelemetryConfig};
+use crate::daemon::config::{LogConfig, LogFormat, TelemetryConfig};
 use opentelemetry::trace::TracerProvider as _;
 use tracing::Dispatch;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
@@ -37,6 +38,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer, Registry, filter, reload};
 
 use crate::Error;
+pub use log_filter::parse_log_filter;
 pub use metrics::{
     ExtraMetric, Label, MetricKind, MetricsSnapshot, SnapshotFuture, SnapshotSource,
     render_prometheus, snapshot_source,
@@ -215,21 +217,12 @@ impl Telemetry {
     }
 }
 
-/// Check `directives` as the configuration does, then parse them.
+/// [`parse_log_filter`], failing as a telemetry error.
 fn parse_filter(directives: &str) -> Result<EnvFilter, Error> {
-    let invalid = |reason: String| Error::Telemetry {
+    parse_log_filter(directives).map_err(|reason| Error::Telemetry {
         what: "log level",
         reason,
-    };
-    nyx_core::config::check_log_directives(directives).map_err(invalid)?;
-    // The configuration allows spaces around items and `=`; EnvFilter does not.
-    let normalized: Vec<String> = directives
-        .split(',')
-        .map(|item| item.split('=').map(str::trim).collect::<Vec<_>>().join("="))
-        .collect();
-    EnvFilter::builder()
-        .parse(normalized.join(","))
-        .map_err(|e| invalid(format!("{directives:?}: {e}")))
+    })
 }
 
 fn is_exporter_target(target: &str) -> bool {

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use nyx_core::config::TelemetryConfig;
+use crate::daemon::config::TelemetryConfig;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry_otlp::WithExportConfig as _;

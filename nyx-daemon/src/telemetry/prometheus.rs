@@ -15,7 +15,7 @@
 //! authentication). Bind it to an address only the monitoring system reaches.
 //!
 //! ```no_run
-//! # async fn demo(node: nyx_daemon::node::NodeHandle) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(node: nyx_node::NodeHandle) -> Result<(), Box<dyn std::error::Error>> {
 //! use nyx_daemon::telemetry::prometheus::{PrometheusConfig, PrometheusServer};
 //! use nyx_daemon::telemetry::{MetricsSnapshot, snapshot_source};
 //!

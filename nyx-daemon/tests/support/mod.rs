@@ -108,43 +108,6 @@ pub(crate) fn nyx(socket: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// An HTTP server on 127.0.0.1 serving `body` at `/file` (404 elsewhere), closing each
-/// connection after its response.
-pub(crate) async fn http_file_server(body: Vec<u8>) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let response = if head.starts_with(b"GET /file ") {
-                    let mut r = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    )
-                    .into_bytes();
-                    r.extend_from_slice(&body);
-                    r
-                } else {
-                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                        .to_vec()
-                };
-                let _ = conn.write_all(&response).await;
-                let _ = conn.shutdown().await;
-            });
-        }
-    });
-    addr
-}
-
 /// A raw HTTP/1.1 GET; the whole response as text.
 pub(crate) async fn http_get(addr: &str, path: &str) -> String {
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();

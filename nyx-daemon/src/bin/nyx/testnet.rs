@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use nyx_daemon::control::pb;
 use nyx_daemon::daemon::{READY_PREFIX, Ready, files};
-use nyx_daemon::directory::Directory;
+use nyx_overlay::directory::Directory;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
@@ -246,7 +246,7 @@ async fn start_member(
 
 /// Join every member's published descriptor into the testnet's directory file.
 fn join_directory(dir: &Path, members: &[Member]) -> Result<Directory, Failure> {
-    let now = nyx_daemon::node::unix_now();
+    let now = nyx_node::unix_now();
     let mut descriptors = Vec::new();
     for m in members {
         let path = Path::new(&m.ready.data_dir).join(files::DESCRIPTOR_FILE);

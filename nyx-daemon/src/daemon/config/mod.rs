@@ -1,6 +1,8 @@
-//! The daemon's configuration file: the node's settings from nyx-core's [`NodeConfig`] plus
-//! what only a daemon has (its nickname, SOCKS entry, directory file, exit policy). Unknown
-//! keys, wrong types and invalid values are refused with the key name and the reason.
+//! The daemon's configuration file: the node's listen address, transport and resource
+//! limits (nyx-core's [`LimitsConfig`]) and what only a daemon has (data directory,
+//! nickname, control socket, SOCKS entry, directory file, exit policy, logging, telemetry:
+//! [`sections`]). Unknown keys, wrong types and invalid values are refused with the key name
+//! and the reason.
 //!
 //! docs/configuration.md documents every key; `nyx-daemon/nyx.example.toml` is a commented
 //! example that a test parses.
@@ -9,17 +11,15 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nyx_core::config::{
-    ConfigProblem, ControlConfig, LimitsConfig, LogConfig, NodeConfig, RateConfig, TelemetryConfig,
-    TransportKind,
-};
+use nyx_core::config::{ConfigProblem, LimitsConfig, RateConfig, TransportKind};
 use nyx_core::rate::Quota;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-use crate::directory::{ExitPolicy, MAX_NICKNAME_LEN};
-use crate::node::NodeSettings;
-use crate::overlay::LiveLimits;
+use nyx_node::NodeSettings;
+use nyx_overlay::circuit::LiveLimits;
+use nyx_overlay::directory::{ExitPolicy, MAX_NICKNAME_LEN};
+pub use sections::{ControlConfig, LogConfig, LogFormat, TelemetryConfig};
 
 /// Everything `nyx-daemon` reads from its TOML file. Every field has a default, so an empty
 /// file (or no file) is a working client-and-relay node on 127.0.0.1.
@@ -123,19 +123,18 @@ impl Default for RelaySection {
 
 impl Default for DaemonConfig {
     fn default() -> Self {
-        let node = NodeConfig::default();
         DaemonConfig {
-            listen: node.listen,
-            transport: node.transport,
+            listen: vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
+            transport: TransportKind::Quic,
             data_dir: None,
             nickname: "nyx".to_owned(),
-            control: node.control,
+            control: ControlConfig::default(),
             socks: SocksSection::default(),
             directory: DirectorySection::default(),
             relay: RelaySection::default(),
-            limits: node.limits,
-            log: node.log,
-            telemetry: node.telemetry,
+            limits: LimitsConfig::default(),
+            log: LogConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -165,31 +164,23 @@ impl DaemonConfig {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot show: {e}\n"))
     }
 
-    /// The nyx-core view of the node's settings (shared validation).
-    pub fn node_config(&self) -> NodeConfig {
-        NodeConfig {
-            listen: self.listen.clone(),
-            transport: self.transport,
-            data_dir: self.data_dir.clone(),
-            control: self.control.clone(),
-            limits: self.limits.clone(),
-            log: self.log.clone(),
-            telemetry: self.telemetry.clone(),
-        }
-    }
-
     /// Check every value; all problems are reported at once, each with its key.
     pub fn validate(&self, origin: &Path) -> Result<(), Error> {
-        let mut problems: Vec<ConfigProblem> = match self.node_config().validate() {
-            Ok(()) => Vec::new(),
-            Err(p) => p.iter().cloned().collect(),
-        };
+        let mut problems: Vec<ConfigProblem> = Vec::new();
         let mut add = |field: &str, reason: String| {
             problems.push(ConfigProblem {
                 field: field.to_owned(),
                 reason,
             })
         };
+        if self.listen.is_empty() {
+            add("listen", "at least one address is needed".to_owned());
+        }
+        for (i, addr) in self.listen.iter().enumerate() {
+            if self.listen[..i].contains(addr) {
+                add("listen", format!("{addr} is listed twice"));
+            }
+        }
         if self.listen.len() > 1 {
             add(
                 "listen",
@@ -199,8 +190,19 @@ impl DaemonConfig {
                 ),
             );
         }
+        if let Some(dir) = &self.data_dir
+            && dir.as_os_str().is_empty()
+        {
+            add(
+                "data_dir",
+                "must not be empty (leave it unset for the default)".to_owned(),
+            );
+        }
         if let Err(reason) = check_nickname(&self.nickname) {
             add("nickname", reason);
+        }
+        for (field, reason) in self.control.problems() {
+            add(field, reason);
         }
         if self.socks.handshake_timeout < Duration::from_millis(10) {
             add(
@@ -229,20 +231,22 @@ impl DaemonConfig {
                 ),
             );
         }
-        for (field, rate) in [
-            ("limits.link_cells", self.limits.link_cells),
-            ("limits.circuit_cells", self.limits.circuit_cells),
-            ("limits.circuit_creates", self.limits.circuit_creates),
-        ] {
-            if let Err(e) = quota(rate) {
-                add(field, e);
+        if let Err(limits) = self.limits.validate() {
+            for p in limits.iter() {
+                add(&p.field, p.reason.clone());
             }
+        }
+        for (field, reason) in self
+            .log
+            .problems()
+            .into_iter()
+            .chain(self.telemetry.problems())
+        {
+            add(field, reason);
         }
         if problems.is_empty() {
             return Ok(());
         }
-        // De-duplicate (nyx-core and this function may both check a field).
-        problems.dedup();
         Err(Error::ConfigInvalid {
             path: origin.to_owned(),
             problems: nyx_core::config::ConfigProblems::from_vec(problems),
@@ -250,7 +254,7 @@ impl DaemonConfig {
     }
 
     /// The exit policy of `[relay]`.
-    pub fn exit_policy(&self) -> Result<ExitPolicy, crate::directory::PolicyError> {
+    pub fn exit_policy(&self) -> Result<ExitPolicy, nyx_overlay::directory::PolicyError> {
         self.relay.exit_policy.join(", ").parse()
     }
 
@@ -292,87 +296,64 @@ impl DaemonConfig {
     }
 
     /// Keys of `self` that differ in `new` and can change while the daemon runs, and those
-    /// that need a restart.
+    /// that need a restart. The keys are found by comparing the two configurations as TOML
+    /// (top-level keys, and the keys of each section), so a key added to the file format is
+    /// never missed; it needs a restart unless it is listed in [`LIVE_KEYS`].
     pub fn diff(&self, new: &DaemonConfig) -> ConfigDiff {
-        let mut d = ConfigDiff::default();
-        let mut check = |key: &str, changed: bool, live: bool| {
-            if changed {
-                if live {
-                    d.live.push(key.to_owned());
-                } else {
-                    d.restart.push(key.to_owned());
-                }
+        let mut changed = Vec::new();
+        match (toml::Value::try_from(self), toml::Value::try_from(new)) {
+            (Ok(toml::Value::Table(a)), Ok(toml::Value::Table(b))) => {
+                changed_keys(&a, &b, "", 2, &mut changed);
             }
+            // Plain data always serializes; if it ever did not, claim nothing was applied.
+            _ => changed.push("*".to_owned()),
+        }
+        let (live, restart) = changed
+            .into_iter()
+            .partition(|key| LIVE_KEYS.contains(&key.as_str()));
+        ConfigDiff { live, restart }
+    }
+}
+
+/// The keys a running daemon applies on reload (SIGHUP or the control API): the directory
+/// file is re-read, the exit policy and descriptor republished, the overlay's limits and the
+/// log filter changed in place. Every other key takes effect after a restart.
+pub const LIVE_KEYS: [&str; 10] = [
+    "directory.file",
+    "relay.exit_policy",
+    "relay.bandwidth",
+    "relay.descriptor_validity",
+    "limits.link_cells",
+    "limits.circuit_cells",
+    "limits.circuit_creates",
+    "limits.max_circuits",
+    "log.level",
+    "log.log_sensitive",
+];
+
+/// Append to `out` the dotted keys whose values differ between `a` and `b` (present in one
+/// only counts), descending into tables `depth - 1` more levels.
+fn changed_keys(
+    a: &toml::Table,
+    b: &toml::Table,
+    prefix: &str,
+    depth: usize,
+    out: &mut Vec<String>,
+) {
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for key in keys {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
         };
-        check("listen", self.listen != new.listen, false);
-        check("transport", self.transport != new.transport, false);
-        check("data_dir", self.data_dir != new.data_dir, false);
-        check("nickname", self.nickname != new.nickname, false);
-        check("control", self.control != new.control, false);
-        check("socks", self.socks != new.socks, false);
-        check("directory.file", self.directory != new.directory, true);
-        check(
-            "relay.exit_policy",
-            self.relay.exit_policy != new.relay.exit_policy,
-            true,
-        );
-        check(
-            "relay.bandwidth",
-            self.relay.bandwidth != new.relay.bandwidth,
-            true,
-        );
-        check(
-            "relay.descriptor_validity",
-            self.relay.descriptor_validity != new.relay.descriptor_validity,
-            true,
-        );
-        let (a, b) = (&self.limits, &new.limits);
-        check("limits.link_cells", a.link_cells != b.link_cells, true);
-        check(
-            "limits.circuit_cells",
-            a.circuit_cells != b.circuit_cells,
-            true,
-        );
-        check(
-            "limits.circuit_creates",
-            a.circuit_creates != b.circuit_creates,
-            true,
-        );
-        check(
-            "limits.max_circuits",
-            a.max_circuits != b.max_circuits,
-            true,
-        );
-        check("limits.max_links", a.max_links != b.max_links, false);
-        check(
-            "limits.max_streams_per_circuit",
-            a.max_streams_per_circuit != b.max_streams_per_circuit,
-            false,
-        );
-        check(
-            "limits.cell_pool_bytes",
-            a.cell_pool_bytes != b.cell_pool_bytes,
-            false,
-        );
-        check(
-            "limits.handshakes_per_prefix",
-            a.handshakes_per_prefix != b.handshakes_per_prefix,
-            false,
-        );
-        check(
-            "limits.max_limited_keys",
-            a.max_limited_keys != b.max_limited_keys,
-            false,
-        );
-        check("log.level", self.log.level != new.log.level, true);
-        check("log.format", self.log.format != new.log.format, false);
-        check(
-            "log.log_sensitive",
-            self.log.log_sensitive != new.log.log_sensitive,
-            true,
-        );
-        check("telemetry", self.telemetry != new.telemetry, false);
-        d
+        match (a.get(key), b.get(key)) {
+            (Some(toml::Value::Table(x)), Some(toml::Value::Table(y))) if depth > 1 => {
+                changed_keys(x, y, &path, depth - 1, out);
+            }
+            (x, y) if x != y => out.push(path),
+            _ => {}
+        }
     }
 }
 
@@ -406,5 +387,6 @@ fn check_nickname(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+pub mod sections;
 #[cfg(test)]
 mod tests;

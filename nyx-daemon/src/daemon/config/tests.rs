@@ -134,6 +134,42 @@ fn invalid_values_are_all_listed() {
 }
 
 #[test]
+fn every_section_reports_its_problems_with_their_keys() {
+    let long_socket = format!("/tmp/{}", "x".repeat(120));
+    let err = parse_str(&format!(
+        "listen = [\"127.0.0.2:9000\", \"127.0.0.2:9000\"]\ndata_dir = \"\"\n\
+         [control]\nsocket = \"{long_socket}\"\n\
+         [limits]\ncell_pool_bytes = 1000\nlink_cells = {{ per_second = 10.0, burst = 0 }}\n\
+         [log]\nlevel = \"inf\"\n\
+         [telemetry]\notlp_endpoint = \"127.0.0.1:4317\"\nservice_name = \" \"\n\
+         export_interval = \"10ms\"\n"
+    ))
+    .unwrap_err();
+    let Error::ConfigInvalid { problems, .. } = &err else {
+        panic!("{err}");
+    };
+    let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+    for field in [
+        "listen",
+        "data_dir",
+        "control.socket",
+        "limits.cell_pool_bytes",
+        "limits.link_cells",
+        "log.level",
+        "telemetry.otlp_endpoint",
+        "telemetry.service_name",
+        "telemetry.export_interval",
+    ] {
+        assert!(fields.contains(&field), "{field} not in {fields:?}");
+    }
+    let text = err.to_string();
+    assert!(text.contains("127.0.0.2:9000 is listed twice"), "{text}");
+    assert!(text.contains("Unix sockets allow at most 107"), "{text}");
+    assert!(text.contains("burst must be at least 1"), "{text}");
+    assert!(text.contains("\"inf\" is not one of"), "{text}");
+}
+
+#[test]
 fn missing_file_is_a_clear_error() {
     let err = DaemonConfig::load(Path::new("/nonexistent/nyx.toml"))
         .unwrap_err()
@@ -156,10 +192,83 @@ fn diff_separates_live_and_restart_keys() {
     let d = old.diff(&new);
     assert_eq!(
         d.live,
-        ["relay.exit_policy", "limits.link_cells", "log.level"]
+        ["limits.link_cells", "log.level", "relay.exit_policy"]
     );
-    assert_eq!(d.restart, ["transport", "socks"]);
+    assert_eq!(d.restart, ["socks.listen", "transport"]);
     assert_eq!(old.diff(&old), ConfigDiff::default());
+}
+
+/// Every key of the file, changed on its own, is reported: the diff is derived from the
+/// serialized form, so a key added later cannot count as unchanged.
+#[test]
+fn every_key_changed_alone_is_reported() {
+    let base = DaemonConfig::default();
+    let toml::Value::Table(table) = toml::Value::try_from(&base).unwrap() else {
+        panic!("a table");
+    };
+    let mut checked = 0;
+    for (section, value) in &table {
+        let keys: Vec<(String, Vec<String>)> = match value {
+            toml::Value::Table(t) => t
+                .keys()
+                .map(|k| (format!("{section}.{k}"), vec![section.clone(), k.clone()]))
+                .collect(),
+            _ => vec![(section.clone(), vec![section.clone()])],
+        };
+        for (dotted, path) in keys {
+            let mut edited = toml::Value::Table(table.clone());
+            let mut slot = &mut edited;
+            for p in &path {
+                slot = slot.get_mut(p).unwrap();
+            }
+            let Some(changed) = altered(slot) else {
+                continue;
+            };
+            *slot = changed;
+            let Ok(new) = edited.try_into::<DaemonConfig>() else {
+                continue;
+            };
+            let d = base.diff(&new);
+            let reported: Vec<&String> = d.live.iter().chain(&d.restart).collect();
+            assert_eq!(reported, [&dotted], "changing {dotted}");
+            assert_eq!(
+                d.live.contains(&dotted),
+                LIVE_KEYS.contains(&dotted.as_str()),
+                "{dotted}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} keys could be altered");
+}
+
+/// Another value of the same shape, if one is easy to make.
+fn altered(v: &toml::Value) -> Option<toml::Value> {
+    use toml::Value as V;
+    Some(match v {
+        V::Integer(i) => V::Integer(i + 1),
+        V::Float(f) => V::Float(f * 2.0 + 1.0),
+        V::Boolean(b) => V::Boolean(!b),
+        V::String(s) if s.ends_with('s') && s.len() > 1 => V::String(format!("1{s}")),
+        V::String(s) if s.parse::<std::net::SocketAddr>().is_ok() => {
+            V::String("127.0.0.9:9".to_owned())
+        }
+        V::String(s) if s == "quic" => V::String("udp".to_owned()),
+        V::String(s) if s == "text" => V::String("json".to_owned()),
+        V::String(s) => V::String(format!("{s}x")),
+        V::Array(a) if !a.is_empty() => {
+            let mut a = a.clone();
+            a.push(a[0].clone());
+            V::Array(a)
+        }
+        V::Table(t) => {
+            let mut t = t.clone();
+            let (k, first) = t.iter().next().map(|(k, v)| (k.clone(), v.clone()))?;
+            t.insert(k, altered(&first)?);
+            V::Table(t)
+        }
+        _ => return None,
+    })
 }
 
 #[test]

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::super::proto::*;
 use super::{auth, greeting, request};
-use crate::directory::ExitTarget;
+use nyx_overlay::directory::ExitTarget;
 
 fn target() -> impl Strategy<Value = TargetAddr> {
     prop_oneof![

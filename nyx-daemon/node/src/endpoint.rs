@@ -1,0 +1,302 @@
+//! One end of a circuit's streams, driven: a [`StreamMux`] shared (behind a mutex that is
+//! never held across an await) between the task that moves its packets over the circuit
+//! and the [`NyxStream`](crate::NyxStream)s that read and write it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+
+use bytes::Bytes;
+use nyx_core::time::CoarseClock;
+use nyx_core::{NodeId, Timestamp};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::Error;
+use crate::handle::Command;
+use crate::{Circuit, CircuitMessage};
+use nyx_overlay::circuit::{CellArena, DestroyReason, ExitHandle, MAX_BACKWARD_BODY};
+use nyx_overlay::stream::{ResetReason, StreamEvent, StreamId, StreamMux};
+
+/// Packets moved per wake-up before the task looks at its inputs again.
+const BATCH: usize = 128;
+
+/// Who to tell when a stream can move.
+#[derive(Debug, Default)]
+pub(super) struct Wakers {
+    pub(super) read: Option<Waker>,
+    pub(super) write: Option<Waker>,
+}
+
+/// What the task and the streams share.
+pub(super) struct Shared {
+    pub(super) mux: StreamMux,
+    /// This endpoint's time line (its mux started at zero on it).
+    clock: CoarseClock,
+    pub(super) wakers: HashMap<StreamId, Wakers>,
+    /// Clients waiting for OPENED.
+    pub(super) opens: HashMap<StreamId, oneshot::Sender<Result<(), Error>>>,
+    /// Exit: streams that asked for a target and wait for the exit service.
+    pub(super) incoming: Vec<(StreamId, String)>,
+    /// The circuit ended.
+    pub(super) gone: Option<DestroyReason>,
+    /// The circuit nears its end of life: no new streams.
+    pub(super) expiring: bool,
+}
+
+impl Shared {
+    pub(super) fn now(&self) -> Timestamp {
+        self.clock.tick()
+    }
+
+    /// Act on what the mux reports: wake readers and writers, answer openers, collect new
+    /// exit streams.
+    fn dispatch(&mut self) {
+        while let Some(event) = self.mux.poll_event() {
+            match event {
+                StreamEvent::Readable(id) => {
+                    if let Some(w) = self.wakers.get_mut(&id).and_then(|w| w.read.take()) {
+                        w.wake();
+                    }
+                }
+                StreamEvent::Writable(id) => {
+                    if let Some(w) = self.wakers.get_mut(&id).and_then(|w| w.write.take()) {
+                        w.wake();
+                    }
+                }
+                StreamEvent::Opened(id) => {
+                    if let Some(tx) = self.opens.remove(&id) {
+                        let _ = tx.send(Ok(()));
+                    }
+                }
+                StreamEvent::Reset { stream, reason } => {
+                    if let Some(w) = self.wakers.get_mut(&stream) {
+                        for w in [w.read.take(), w.write.take()].into_iter().flatten() {
+                            w.wake();
+                        }
+                    }
+                    if let Some(tx) = self.opens.remove(&stream) {
+                        let _ = tx.send(Err(Error::reset(reason)));
+                    }
+                }
+                StreamEvent::Incoming { stream, target } => self.incoming.push((stream, target)),
+            }
+        }
+    }
+}
+
+/// A handle on a driven circuit end (cheap to clone).
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    shared: Arc<Mutex<Shared>>,
+    pub(super) notify: Arc<Notify>,
+    /// The circuit's relays (client side; empty at an exit).
+    pub(super) path: Arc<[NodeId]>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    pub(super) fn new(mux: StreamMux, path: Vec<NodeId>) -> Self {
+        Endpoint {
+            shared: Arc::new(Mutex::new(Shared {
+                mux,
+                clock: CoarseClock::new(),
+                wakers: HashMap::new(),
+                opens: HashMap::new(),
+                incoming: Vec::new(),
+                gone: None,
+                expiring: false,
+            })),
+            notify: Arc::new(Notify::new()),
+            path: path.into(),
+        }
+    }
+
+    /// Whether two handles are on the same circuit.
+    pub(super) fn same(&self, other: &Endpoint) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// The shared state. A panic elsewhere while holding it does not make it unusable: the
+    /// mux's state is consistent between calls.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reset a stream locally (the peer is told) and let the task send it.
+    pub(super) fn reset(&self, id: StreamId, reason: ResetReason) {
+        let _ = self.lock().mux.reset(id, reason);
+        self.notify.notify_one();
+    }
+
+    /// Whether new streams may use this circuit.
+    pub(super) fn usable(&self, max_streams: usize) -> bool {
+        let s = self.lock();
+        s.gone.is_none() && !s.expiring && s.mux.stream_count() < max_streams
+    }
+}
+
+/// The circuit a task moves packets over.
+pub(super) enum Port {
+    /// This node's own circuit.
+    Client(Circuit),
+    /// A circuit this node is the exit of.
+    Exit {
+        exit: ExitHandle,
+        commands: mpsc::Sender<Command>,
+        messages: mpsc::Receiver<CircuitMessage>,
+    },
+}
+
+impl Port {
+    async fn send(&self, payload: Bytes) -> Result<(), Error> {
+        let command = match self {
+            Port::Client(c) => Command::Send {
+                circuit: c.handle,
+                payload,
+            },
+            Port::Exit { exit, .. } => Command::Reply {
+                exit: *exit,
+                payload,
+            },
+        };
+        let commands = match self {
+            Port::Client(c) => &c.commands,
+            Port::Exit { commands, .. } => commands,
+        };
+        commands.send(command).await.map_err(|_| Error::NodeStopped)
+    }
+
+    async fn recv(&mut self) -> Option<CircuitMessage> {
+        match self {
+            Port::Client(c) => c.messages.recv().await,
+            Port::Exit { messages, .. } => messages.recv().await,
+        }
+    }
+
+    fn try_recv(&mut self) -> Option<CircuitMessage> {
+        match self {
+            Port::Client(c) => c.messages.try_recv().ok(),
+            Port::Exit { messages, .. } => messages.try_recv().ok(),
+        }
+    }
+}
+
+/// What the task does with streams an exit is asked to open.
+pub(super) type OnIncoming = Box<dyn Fn(&Endpoint, StreamId, String) + Send + Sync>;
+
+/// Move the endpoint's packets over `port` until the circuit ends (or, for a client, it
+/// expired and carries no stream any more).
+pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnIncoming>) {
+    let mut buf = vec![0u8; MAX_BACKWARD_BODY];
+    // Packets are carved from a reference-counted region: no allocation per packet.
+    let mut arena = CellArena::new(MAX_BACKWARD_BODY);
+    let mut out = Vec::with_capacity(BATCH);
+    loop {
+        let (deadline, finished) = {
+            let mut s = ep.lock();
+            let now = s.now();
+            while out.len() < BATCH {
+                match s.mux.poll_transmit(now, &mut buf) {
+                    Some(n) => out.push(arena.copy_of(&buf[..n]).freeze()),
+                    None => break,
+                }
+            }
+            s.dispatch();
+            let incoming = std::mem::take(&mut s.incoming);
+            let deadline = s
+                .mux
+                .poll_timeout()
+                .map(|t| Instant::from_std(s.clock.instant_of(t)));
+            let finished = s.expiring && s.mux.stream_count() == 0;
+            drop(s);
+            for (id, target) in incoming {
+                match &on_incoming {
+                    Some(f) => f(&ep, id, target),
+                    None => ep.reset(id, ResetReason::Protocol),
+                }
+            }
+            (deadline, finished)
+        };
+        let full = out.len() == BATCH;
+        for payload in out.drain(..) {
+            if port.send(payload).await.is_err() {
+                return end(&ep, DestroyReason::Shutdown);
+            }
+        }
+        if finished {
+            return end(&ep, DestroyReason::Expired);
+        }
+        if full {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            message = port.recv() => {
+                // One lock and one clock read for a batch of what is queued.
+                let mut s = ep.lock();
+                let now = s.now();
+                let mut next = message;
+                for _ in 0..BATCH {
+                    match next {
+                        Some(CircuitMessage::Data(packet)) => {
+                            // A malformed packet is counted by the mux and dropped.
+                            let _ = s.mux.handle_packet(&packet, now);
+                        }
+                        Some(CircuitMessage::Expiring) => s.expiring = true,
+                        Some(CircuitMessage::Destroyed { reason, .. }) => {
+                            drop(s);
+                            return end(&ep, reason);
+                        }
+                        None => {
+                            drop(s);
+                            return end(&ep, DestroyReason::Shutdown);
+                        }
+                    }
+                    next = port.try_recv();
+                    if next.is_none() {
+                        break;
+                    }
+                }
+            }
+            () = ep.notify.notified() => {}
+            () = sleep_until(deadline) => {
+                let mut s = ep.lock();
+                let now = s.now();
+                s.mux.handle_timeout(now);
+            }
+        }
+    }
+}
+
+/// The circuit is gone: every stream fails, everyone waiting is told.
+fn end(ep: &Endpoint, reason: DestroyReason) {
+    let mut s = ep.lock();
+    if s.gone.is_none() {
+        s.gone = Some(reason);
+    }
+    s.mux.abandon();
+    s.dispatch();
+    for (_, w) in s.wakers.drain() {
+        for w in [w.read, w.write].into_iter().flatten() {
+            w.wake();
+        }
+    }
+    for (_, tx) in s.opens.drain() {
+        let _ = tx.send(Err(Error::reset(ResetReason::CircuitLost)));
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

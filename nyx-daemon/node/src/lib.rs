@@ -1,0 +1,71 @@
+//! # nyx-node: an embeddable NyxNet node
+//!
+//! What it is for: running a NyxNet node inside an application. It drives the sans-IO
+//! overlay (nyx-overlay) over QUIC or UDP links (nyx-transport): one async task owns the
+//! overlay, the links and the timers; one task per circuit runs its streams; an exit service
+//! connects streams to TCP targets under the exit policy. An application gets:
+//!
+//! * [`Node::builder`]: a node in a few lines (or [`BoundNode`]: bind, sign and publish a
+//!   descriptor, then start);
+//! * [`Node::connect`]: a [`NyxStream`] (`AsyncRead + AsyncWrite`) to `"host:port"` or
+//!   `(host, port)` through a 3-hop circuit, with [isolation groups](IsolationGroup);
+//! * [`NodeHandle::subscribe`]: [`NodeEvent`]s (circuits, peers, directory changes);
+//! * [`Error::kind`]: what went wrong, as an [`ErrorKind`] to match on.
+//!
+//! The node stops when the application drops the [`Node`], every [`NodeHandle`] and every
+//! [`NyxStream`] (or at once with [`Node::shutdown`]); its tasks end and its socket is
+//! released.
+//!
+//! What it is not for: protocol decisions (nyx-overlay makes them), files, configuration
+//! files, signals, the control API, SOCKS or telemetry exporters (nyx-daemon). It installs no
+//! tracing subscriber and picks no runtime: it needs to be called inside a tokio runtime.
+//! With the `testing` feature, the `testing` module runs a network of nodes in one process.
+//!
+//! ```no_run
+//! # async fn demo(directory: nyx_overlay::directory::Directory) -> Result<(), nyx_node::Error> {
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! let node = nyx_node::Node::builder().directory(directory).build()?;
+//! let mut stream = node.connect(("example.org", 80)).await?;
+//! stream.write_all(b"GET / HTTP/1.0\r\nHost: example.org\r\n\r\n").await.ok();
+//! let mut page = Vec::new();
+//! stream.read_to_end(&mut page).await.ok();
+//! # Ok(()) }
+//! ```
+
+mod bound;
+mod builder;
+mod client;
+mod driver;
+mod endpoint;
+mod error;
+mod events;
+mod exit;
+mod handle;
+mod links;
+mod node;
+mod nyx_stream;
+mod settings;
+mod target;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use bound::BoundNode;
+pub use builder::NodeBuilder;
+pub use client::IsolationGroup;
+pub use error::{Error, ErrorKind};
+pub use events::{CircuitInfo, NodeEvent, PeerInfo};
+pub use handle::{Circuit, CircuitMessage, ExitRequest, NodeHandle, NodeStats};
+pub use node::Node;
+pub use nyx_stream::NyxStream;
+pub use settings::{ExitServiceKind, NodeKeys, NodeSettings};
+pub use target::IntoTarget;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Seconds since the Unix epoch (for descriptor validity).
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,127 @@
+//! What a node is made of: its long-term keys ([`NodeKeys`]) and how it runs
+//! ([`NodeSettings`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nyx_core::config::TransportKind;
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::kem::HybridSecretKey;
+use nyx_crypto::link::LinkKey;
+use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
+use nyx_overlay::OverlayConfig;
+use nyx_overlay::directory::ExitPolicy;
+use nyx_overlay::path::PathConfig;
+use nyx_overlay::stream::StreamConfig;
+use nyx_transport::fault::{FaultConfig, WireTap};
+use nyx_transport::quic::QuicConfig;
+use nyx_transport::udp::UdpConfig;
+
+use crate::Error;
+
+/// A node's long-term keys.
+pub struct NodeKeys {
+    /// Identity (signs the descriptor; its hash is the NodeId).
+    pub identity: Arc<IdentityKey>,
+    /// Static key of the UDP transport's link handshake.
+    pub link_key: LinkKey,
+    /// Onion keys for circuit handshakes.
+    pub onion_keys: OnionKeyRing,
+}
+
+impl std::fmt::Debug for NodeKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeKeys")
+            .field("node", &self.identity.node_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeKeys {
+    /// Fresh keys, with onion keys certified from `now_unix`.
+    pub fn generate(now_unix: u64) -> Result<Self, Error> {
+        let identity = IdentityKey::generate()?;
+        let link_key = LinkKey::new(HybridSecretKey::generate()?);
+        let mut onion_keys = OnionKeyRing::new(RotationPolicy::default())?;
+        onion_keys.rotate(&identity, now_unix)?;
+        Ok(NodeKeys {
+            identity: Arc::new(identity),
+            link_key,
+            onion_keys,
+        })
+    }
+}
+
+/// How a node runs. Defaults: QUIC on 127.0.0.1 with a free port, default overlay and path
+/// settings, three build attempts.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// The transport.
+    pub transport: TransportKind,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The overlay core's settings.
+    pub overlay: OverlayConfig,
+    /// Path selection.
+    pub path: PathConfig,
+    /// QUIC settings.
+    pub quic: QuicConfig,
+    /// UDP transport settings.
+    pub udp: UdpConfig,
+    /// Paths tried per circuit request before giving up. Default 3.
+    pub build_attempts: usize,
+    /// Payloads buffered for a circuit's owner before drops. Default 1024.
+    pub circuit_queue: usize,
+    /// Tests: record every datagram sent.
+    pub tap: Option<WireTap>,
+    /// Tests: loss, duplication, reordering and delay applied to every datagram this node
+    /// receives (UDP) or sends (QUIC). Default: none.
+    pub faults: FaultConfig,
+    /// What this node lets its circuits' streams connect to, as an exit (also what its
+    /// descriptor publishes). Default: nothing (`reject *:*`).
+    pub exit_policy: ExitPolicy,
+    /// What this node does with payloads it receives as an exit. Default: streams.
+    pub exit_service: ExitServiceKind,
+    /// Streams (both as a client and as an exit).
+    pub streams: StreamConfig,
+    /// A client waits this long for the exit to connect a stream. Default 30 s.
+    pub stream_open_timeout: Duration,
+    /// An exit gives a target this long to resolve and accept. Default 10 s.
+    pub exit_connect_timeout: Duration,
+    /// TCP connections an exit keeps open at once, over all circuits. Default 4096.
+    pub exit_max_connections: usize,
+}
+
+/// What a node does with the payloads it receives as the last hop of a circuit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExitServiceKind {
+    /// Run streams and connect them to TCP targets its exit policy allows.
+    #[default]
+    Streams,
+    /// Hand raw payloads to [`Node::take_exit_requests`](crate::Node::take_exit_requests) (cell-level tests and tools).
+    Raw,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            transport: TransportKind::Quic,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            overlay: OverlayConfig::default(),
+            path: PathConfig::default(),
+            quic: QuicConfig::default(),
+            udp: UdpConfig::default(),
+            build_attempts: 3,
+            circuit_queue: 1024,
+            tap: None,
+            faults: FaultConfig::default(),
+            exit_policy: ExitPolicy::reject_all(),
+            exit_service: ExitServiceKind::Streams,
+            streams: StreamConfig::default(),
+            stream_open_timeout: Duration::from_secs(30),
+            exit_connect_timeout: Duration::from_secs(10),
+            exit_max_connections: 4096,
+        }
+    }
+}

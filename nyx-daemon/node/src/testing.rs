@@ -1,0 +1,261 @@
+//! A NyxNet network in one process, for tests, benchmarks and examples (feature `testing`).
+//!
+//! [`LocalTestnet`] starts nodes on `127.0.<net>.1..=n`, every one a relay and an exit, and
+//! the directory made from their descriptors; [`LocalTestnet::client`] adds a node that uses
+//! them. [`node_settings`] are the settings they run with. [`WebServer`] serves fixed bodies
+//! on loopback for streams to fetch. `nyx testnet` (in nyx-daemon) runs the same kind of
+//! network as separate processes.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, WebServer};
+//!
+//! let testnet = LocalTestnet::start(LocalTestnetSpec::default()).await?;
+//! let site = WebServer::page("hello").await?;
+//! let client = testnet.client()?;
+//! let stream = client.connect(site.addr()).await?;
+//! # Ok(()) }
+//! ```
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use nyx_core::NodeId;
+use nyx_core::config::TransportKind;
+use nyx_overlay::OverlayConfig;
+use nyx_overlay::directory::{Directory, ExitPolicy};
+use nyx_overlay::path::PathConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::handle::Command;
+use crate::{BoundNode, Error, ExitServiceKind, Node, NodeKeys, NodeSettings, unix_now};
+
+/// The settings of every node of a local testnet, and of clients that use one: link probes
+/// every 500 ms and links declared dead after 3 s (so tests that stop a relay see it within
+/// seconds), and no rule against relays in one subnet (every node is on 127/8).
+pub fn node_settings() -> NodeSettings {
+    NodeSettings {
+        overlay: OverlayConfig {
+            keepalive: Duration::from_millis(500),
+            link_timeout: Duration::from_secs(3),
+            ..OverlayConfig::default()
+        },
+        path: PathConfig {
+            distinct_subnets: false,
+            ..PathConfig::default()
+        },
+        ..NodeSettings::default()
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct LocalTestnetSpec {
+    /// Nodes (at least 4 for 3-hop circuits from one of them). Default 5.
+    pub nodes: u8,
+    /// Third octet of the 127.0.x.y addresses, so concurrent testnets do not meet. Default 0.
+    pub net: u8,
+    /// The link transport of every node. Default QUIC.
+    pub transport: TransportKind,
+    /// Settings of every node (`listen`, `transport`, `exit_policy` and `exit_service` are
+    /// set per node). Default [`node_settings`].
+    pub settings: NodeSettings,
+    /// Exit policy of every node. Default: loopback only.
+    pub exit_policy: ExitPolicy,
+    /// Answer every payload an exit receives with the same payload instead of running
+    /// streams (cell-level tests). Default false.
+    pub echo: bool,
+}
+
+impl Default for LocalTestnetSpec {
+    fn default() -> Self {
+        LocalTestnetSpec {
+            nodes: 5,
+            net: 0,
+            transport: TransportKind::Quic,
+            settings: node_settings(),
+            exit_policy: ExitPolicy::loopback_only(),
+            echo: false,
+        }
+    }
+}
+
+/// A running local network. Dropping it stops every node still in it.
+#[derive(Debug)]
+pub struct LocalTestnet {
+    /// The nodes (`None` once taken out by the caller, to stop or kill one).
+    pub nodes: Vec<Option<Node>>,
+    /// Their ids, in the same order.
+    pub ids: Vec<NodeId>,
+    /// Their addresses.
+    pub addrs: Vec<SocketAddr>,
+    /// The directory they all use.
+    pub directory: Directory,
+    /// The spec it was started with.
+    pub spec: LocalTestnetSpec,
+}
+
+impl LocalTestnet {
+    /// Bind every node, sign the descriptors, and start them (needs a tokio runtime).
+    pub async fn start(spec: LocalTestnetSpec) -> Result<Self, Error> {
+        let now = unix_now();
+        let mut bound = Vec::new();
+        for i in 1..=spec.nodes {
+            let keys = NodeKeys::generate(now)?;
+            let mut settings = NodeSettings {
+                transport: spec.transport,
+                listen: SocketAddr::from((Ipv4Addr::new(127, 0, spec.net, i), 0)),
+                exit_policy: spec.exit_policy.clone(),
+                exit_service: if spec.echo {
+                    ExitServiceKind::Raw
+                } else {
+                    ExitServiceKind::Streams
+                },
+                ..spec.settings.clone()
+            };
+            // Every node of a local testnet is in one /24, the UDP transport's unit for its
+            // per-source HELLO limit (10/s by default): raise it so that the nodes dialling
+            // each other at start do not refuse each other.
+            settings.udp.hello_rate_per_source = settings.udp.hello_rate_per_source.max(1000);
+            // Each node's fault shim draws its own random sequence.
+            settings.faults.seed = settings.faults.seed.wrapping_add(u64::from(i));
+            bound.push(BoundNode::bind(keys, settings)?);
+        }
+        let mut descriptors = Vec::new();
+        for (i, b) in bound.iter().enumerate() {
+            let validity = Duration::from_secs(24 * 3600);
+            descriptors.push(b.descriptor(&format!("node{i}"), 100, now, validity)?);
+        }
+        let directory =
+            Directory::from_descriptors(descriptors).map_err(nyx_overlay::Error::from)?;
+        let ids = bound.iter().map(BoundNode::node_id).collect();
+        let addrs = bound.iter().map(BoundNode::local_addr).collect();
+        let mut nodes = Vec::new();
+        for b in bound {
+            let mut node = b.start(directory.clone())?;
+            if spec.echo {
+                spawn_echo(&mut node);
+            }
+            nodes.push(Some(node));
+        }
+        Ok(LocalTestnet {
+            nodes,
+            ids,
+            addrs,
+            directory,
+            spec,
+        })
+    }
+
+    /// A client node that builds circuits through this network: the testnet's settings and
+    /// transport, listening on 127.0.0.1.
+    pub fn client(&self) -> Result<Node, Error> {
+        Node::builder()
+            .settings(self.spec.settings.clone())
+            .transport(self.spec.transport)
+            .directory(self.directory.clone())
+            .build()
+    }
+
+    /// Node `i`, if still running.
+    pub fn node(&self, i: usize) -> Option<&Node> {
+        self.nodes.get(i).and_then(Option::as_ref)
+    }
+
+    /// The position of a node by id.
+    pub fn index(&self, id: &NodeId) -> Option<usize> {
+        self.ids.iter().position(|x| x == id)
+    }
+
+    /// Stop every node gracefully (DESTROYs sent, links closed).
+    pub async fn shutdown(self) {
+        for node in self.nodes.into_iter().flatten() {
+            node.shutdown().await;
+        }
+    }
+}
+
+/// Answer every payload the node receives as an exit with the same payload. The task holds
+/// only the command channel, not a handle, so the node still stops when it is dropped.
+fn spawn_echo(node: &mut Node) {
+    let Some(mut exits) = node.take_exit_requests() else {
+        return;
+    };
+    let commands = node.handle.commands.clone();
+    tokio::spawn(async move {
+        while let Some(req) = exits.recv().await {
+            let reply = Command::Reply {
+                exit: req.exit,
+                payload: req.payload,
+            };
+            if commands.send(reply).await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// An HTTP/1.0 server on 127.0.0.1 that answers `GET <path>` with the body registered for
+/// the path (404 otherwise) and closes the connection. Stops when dropped.
+#[derive(Debug)]
+pub struct WebServer {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl WebServer {
+    /// Serve `page` at `/`.
+    pub async fn page(page: &str) -> std::io::Result<WebServer> {
+        WebServer::start(vec![("/".to_owned(), page.as_bytes().to_vec())]).await
+    }
+
+    /// Serve each `(path, body)`.
+    pub async fn start(routes: Vec<(String, Vec<u8>)>) -> std::io::Result<WebServer> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let routes = std::sync::Arc::new(routes);
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let routes = routes.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 << 10 {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head);
+                    let path = head.split_whitespace().nth(1).unwrap_or("/");
+                    let body = routes.iter().find(|(p, _)| p == path).map(|(_, b)| b);
+                    let (status, body) = match body {
+                        Some(body) => ("200 OK", body.as_slice()),
+                        None => ("404 Not Found", &b"not found\n"[..]),
+                    };
+                    let header = format!(
+                        "HTTP/1.0 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(header.as_bytes()).await;
+                    let _ = conn.write_all(body).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        Ok(WebServer { addr, task })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for WebServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

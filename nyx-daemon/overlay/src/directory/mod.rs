@@ -1,0 +1,24 @@
+//! The relay directory: signed relay descriptors, exit policies and the text document that
+//! lists them.
+//!
+//! Sans-IO: callers pass the wall-clock time (Unix seconds) to everything that checks
+//! validity; nothing here touches the file system (the daemon reads directory files).
+//! [`testnet`] generates the keys and directory of a local test network.
+
+mod codec;
+mod descriptor;
+mod document;
+mod error;
+mod policy;
+pub mod testnet;
+
+pub use descriptor::{
+    Descriptor, DescriptorBuilder, MAX_CLOCK_SKEW, MAX_NICKNAME_LEN, MAX_ONION_CERTS,
+    SIGNATURE_CONTEXT, VERSION,
+};
+pub use document::{Directory, DirectoryError, Rejected};
+pub use error::DescriptorError;
+pub(crate) use policy::canonical;
+pub use policy::{
+    Action, AddrPattern, ExitPolicy, ExitRule, ExitTarget, MAX_RULES, PolicyError, PortRange,
+};

@@ -1,0 +1,226 @@
+//! Streams over circuits (sans-IO): many reliable byte streams multiplexed on one circuit,
+//! each direction protected by nyx-fec, the circuit's cells paced by a delay-based
+//! congestion window, each stream bounded by its own flow-control window.
+//!
+//! One [`StreamMux`] sits at each end of a circuit: the client's ([`Role::Client`], which
+//! opens streams) and the exit's ([`Role::Exit`], which connects them to TCP targets). The
+//! mux turns circuit DATA payloads into stream bytes and back; it opens no socket and reads
+//! no clock. The async layer (nyx-node) moves its packets over a circuit and its bytes
+//! to applications and TCP connections.
+//!
+//! Layers, per packet (docs/protocol.md, "Streams"):
+//!
+//! * [`wire`]: a packet number and frames (ACK, SYMBOL, FEEDBACK, OPEN, OPENED, FIN, RESET,
+//!   MAX_DATA, PING).
+//! * recovery: acknowledgements, RTT, loss detection; lost control frames are resent, lost
+//!   stream data is repaired by FEC instead.
+//! * [`cc`]: the circuit's congestion window.
+//! * per stream: an `nyx_fec::Sender` / `Receiver` pair and flow control.
+
+pub mod cc;
+mod mux;
+mod recovery;
+mod state;
+#[cfg(test)]
+mod tests;
+pub mod wire;
+
+use std::fmt;
+use std::time::Duration;
+
+use nyx_fec::FecConfig;
+
+pub use cc::CcConfig;
+pub use mux::{MuxStats, ReadOutcome, StreamMux};
+
+/// Stream data bytes per FEC symbol: with its headers one symbol fills a forward cell.
+pub const SYMBOL_SIZE: u16 = 1024;
+/// The flow-control window every stream starts with, before the receiver raises it.
+pub const INITIAL_STREAM_WINDOW: u64 = 256 * 1024;
+
+/// A stream on one circuit (never 0; opened by the client, increasing, never reused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub u32);
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stream {}", self.0)
+    }
+}
+
+/// Which end of the circuit a mux is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The circuit's owner: opens streams; its packets travel forward.
+    Client,
+    /// The circuit's last hop: accepts streams; its packets travel backward.
+    Exit,
+}
+
+/// Why a stream was abandoned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResetReason {
+    /// The target refused the connection.
+    Refused,
+    /// The target did not answer in time (or the stream stalled).
+    Timeout,
+    /// The exit's policy does not allow the target.
+    Policy,
+    /// The target could not be resolved or reached.
+    Unreachable,
+    /// A peer broke the stream protocol.
+    Protocol,
+    /// The application closed the stream before the end.
+    Cancelled,
+    /// A limit was reached (streams per circuit, memory).
+    ResourceLimit,
+    /// The circuit carrying the stream ended (local only, never sent).
+    CircuitLost,
+    /// A code this version does not know.
+    Other(u8),
+}
+
+impl ResetReason {
+    /// The wire code.
+    pub fn code(self) -> u8 {
+        match self {
+            ResetReason::Refused => 1,
+            ResetReason::Timeout => 2,
+            ResetReason::Policy => 3,
+            ResetReason::Unreachable => 4,
+            ResetReason::Protocol => 5,
+            ResetReason::Cancelled => 6,
+            ResetReason::ResourceLimit => 7,
+            ResetReason::CircuitLost => 8,
+            ResetReason::Other(c) => c,
+        }
+    }
+
+    /// The reason for a wire code.
+    pub fn from_code(code: u8) -> Self {
+        match code {
+            1 => ResetReason::Refused,
+            2 => ResetReason::Timeout,
+            3 => ResetReason::Policy,
+            4 => ResetReason::Unreachable,
+            5 => ResetReason::Protocol,
+            6 => ResetReason::Cancelled,
+            7 => ResetReason::ResourceLimit,
+            8 => ResetReason::CircuitLost,
+            c => ResetReason::Other(c),
+        }
+    }
+}
+
+impl fmt::Display for ResetReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResetReason::Refused => f.write_str("connection refused by the target"),
+            ResetReason::Timeout => f.write_str("timed out"),
+            ResetReason::Policy => f.write_str("the exit's policy does not allow the target"),
+            ResetReason::Unreachable => f.write_str("target unreachable or not resolvable"),
+            ResetReason::Protocol => f.write_str("stream protocol violation"),
+            ResetReason::Cancelled => f.write_str("closed by the other side"),
+            ResetReason::ResourceLimit => f.write_str("a resource limit was reached"),
+            ResetReason::CircuitLost => f.write_str("the circuit ended"),
+            ResetReason::Other(c) => write!(f, "reason code {c}"),
+        }
+    }
+}
+
+/// How the streams of a circuit behave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamConfig {
+    /// FEC of each stream direction (`symbol_size` is forced to [`SYMBOL_SIZE`]). Default:
+    /// 256-symbol blocks, 32 blocks in flight, 2 ms flush delay, 10 ms feedback interval,
+    /// 20 ms repair holdoff, the rest as [`FecConfig::default`].
+    pub fec: FecConfig,
+    /// Bytes a stream's receiver buffers ahead of its reader (default 2 MiB).
+    pub stream_window: u64,
+    /// Streams open at once on one circuit; more are refused (default 256).
+    pub max_streams: usize,
+    /// An ACK is sent after this many packets that ask for one (default 8)...
+    pub ack_every: u32,
+    /// ...or when the oldest waited this long (default 2 ms).
+    pub max_ack_delay: Duration,
+    /// The circuit's congestion control.
+    pub cc: CcConfig,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            fec: FecConfig {
+                symbol_size: SYMBOL_SIZE,
+                max_block_symbols: 256,
+                max_blocks_in_flight: 32,
+                flush_delay: Duration::from_millis(2),
+                feedback_interval: Duration::from_millis(10),
+                repair_holdoff: Duration::from_millis(20),
+                ..FecConfig::default()
+            },
+            stream_window: 2 * 1024 * 1024,
+            max_streams: 256,
+            ack_every: 8,
+            max_ack_delay: Duration::from_millis(2),
+            cc: CcConfig::default(),
+        }
+    }
+}
+
+impl StreamConfig {
+    /// The first field that cannot work, as (field, reason).
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        let mut fec = self.fec.clone();
+        fec.symbol_size = SYMBOL_SIZE;
+        if let Err(e) = fec.validate() {
+            return Some(("fec", e.to_string()));
+        }
+        if self.stream_window < INITIAL_STREAM_WINDOW {
+            return Some((
+                "stream_window",
+                format!("must be at least {INITIAL_STREAM_WINDOW}"),
+            ));
+        }
+        if self.max_streams == 0 {
+            return Some(("max_streams", "must be at least 1".into()));
+        }
+        if self.ack_every == 0 || self.ack_every > 32 {
+            return Some(("ack_every", "must be within 1..=32".into()));
+        }
+        if self.max_ack_delay.is_zero() {
+            return Some(("max_ack_delay", "must be positive".into()));
+        }
+        if let Some((field, reason)) = self.cc.problem() {
+            return Some((field, reason.into()));
+        }
+        None
+    }
+}
+
+/// Something that happened to a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// (Exit) a client asks for a stream to `target`: connect, then
+    /// [`StreamMux::accept`] or [`StreamMux::reset`].
+    Incoming {
+        /// The stream.
+        stream: StreamId,
+        /// "host:port" as the client sent it.
+        target: String,
+    },
+    /// (Client) the exit connected the stream.
+    Opened(StreamId),
+    /// Bytes (or the end) became readable after a read found nothing.
+    Readable(StreamId),
+    /// Room to write appeared after a write was refused.
+    Writable(StreamId),
+    /// The stream was reset (by the peer, or locally by a protocol error).
+    Reset {
+        /// The stream.
+        stream: StreamId,
+        /// Why.
+        reason: ResetReason,
+    },
+}

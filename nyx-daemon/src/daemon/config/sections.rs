@@ -1,0 +1,156 @@
+//! The daemon's own sections of its configuration file: `[control]`, `[log]` and
+//! `[telemetry]`, with their defaults and checks. (`[limits]` is nyx-core's
+//! [`LimitsConfig`](nyx_core::config::LimitsConfig), shared with anyone who runs a node.)
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest Unix socket path Linux accepts (`sun_path` is 108 bytes with the terminating NUL).
+const MAX_UNIX_SOCKET_PATH: usize = 107;
+
+/// The local gRPC control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControlConfig {
+    /// Path of the Unix domain socket. Default: unset, meaning `<data_dir>/control.sock`.
+    pub socket: Option<PathBuf>,
+}
+
+/// Logging.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or comma-separated
+    /// `target=level` directives, as in `RUST_LOG`. Default: `info`.
+    pub level: String,
+    /// Output format. Default: `text`.
+    pub format: LogFormat,
+    /// Log peer addresses and other identifying details. Payloads and keys are never logged.
+    /// Default: `false`.
+    pub log_sensitive: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+            log_sensitive: false,
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Metrics and trace export.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OpenTelemetry collector to send traces and metrics to over OTLP/gRPC, e.g.
+    /// `http://127.0.0.1:4317` (plain http: no TLS in this version). Default: unset (no
+    /// export).
+    pub otlp_endpoint: Option<String>,
+    /// Address to serve Prometheus metrics on. Default: unset (metrics only over the control
+    /// socket).
+    pub prometheus_listen: Option<SocketAddr>,
+    /// `service.name` reported to the collector. Default: `nyx-daemon`.
+    pub service_name: String,
+    /// How often metrics are exported (at least 100 ms). Default: 10 s.
+    #[serde(with = "humantime_serde")]
+    pub export_interval: Duration,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: None,
+            prometheus_listen: None,
+            service_name: "nyx-daemon".to_owned(),
+            export_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ControlConfig {
+    /// Problems with `[control]`, as `(key, reason)`.
+    pub(super) fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        if let Some(sock) = &self.socket {
+            let len = sock.as_os_str().len();
+            if len == 0 {
+                p.push((
+                    "control.socket",
+                    "must not be empty (leave it unset for the default)".to_owned(),
+                ));
+            } else if len > MAX_UNIX_SOCKET_PATH {
+                p.push((
+                    "control.socket",
+                    format!(
+                        "path is {len} bytes; Unix sockets allow at most {MAX_UNIX_SOCKET_PATH}"
+                    ),
+                ));
+            }
+        }
+        p
+    }
+}
+
+impl LogConfig {
+    /// Problems with `[log]`, as `(key, reason)`: the level is checked by the one parser of
+    /// log filters, the same that applies it ([`crate::telemetry::parse_log_filter`]).
+    pub(super) fn problems(&self) -> Vec<(&'static str, String)> {
+        match crate::telemetry::parse_log_filter(&self.level) {
+            Ok(_) => Vec::new(),
+            Err(reason) => vec![("log.level", reason)],
+        }
+    }
+}
+
+impl TelemetryConfig {
+    /// Problems with `[telemetry]`, as `(key, reason)`.
+    pub(super) fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        if let Some(endpoint) = &self.otlp_endpoint {
+            if endpoint.starts_with("https://") {
+                // The exporter is built without TLS: say so now rather than at start.
+                p.push((
+                    "telemetry.otlp_endpoint",
+                    format!(
+                        "{endpoint:?}: https is not supported; use a local collector over \
+                         http:// (e.g. http://127.0.0.1:4317)"
+                    ),
+                ));
+            } else if endpoint
+                .strip_prefix("http://")
+                .is_none_or(|h| h.is_empty() || h.starts_with('/'))
+            {
+                p.push((
+                    "telemetry.otlp_endpoint",
+                    format!("{endpoint:?} is not an http:// URL with a host"),
+                ));
+            }
+        }
+        if self.service_name.trim().is_empty() {
+            p.push(("telemetry.service_name", "must not be empty".to_owned()));
+        }
+        if self.export_interval < Duration::from_millis(100) {
+            p.push((
+                "telemetry.export_interval",
+                format!("{:?} is shorter than 100ms", self.export_interval),
+            ));
+        }
+        p
+    }
+}

@@ -1,0 +1,935 @@
+//! The UDP transport's protocol engine (sans-IO): nyx-crypto's link handshake and datagram
+//! sessions over raw datagrams, the WireGuard-like path with the least overhead per cell.
+//!
+//! ```text
+//! 0x01 HELLO    [0x01][cookie 16][HELLO 1305]   initiator → responder (cookie zero at first)
+//! 0x02 COOKIE   [0x02][cookie 16]               responder → initiator: "retry with this"
+//! 0x03 WELCOME  [0x03][WELCOME 65]              responder → initiator
+//! 0x04 DATA     [0x04][session datagram]        both ways: a cell (or empty: confirmation)
+//! ```
+//!
+//! A stranger cannot make the responder do expensive work first: when HELLOs arrive faster
+//! than `cookie_threshold` per second the responder answers a HELLO without a valid cookie
+//! with a COOKIE (an HMAC of the source address under a key rotated every two minutes; one
+//! HMAC, no state), so decapsulation only happens for sources that can receive at their
+//! address; and every source prefix is rate-limited (nyx-core `KeyedLimiter`) before any
+//! decapsulation. The responder counts a link as up only when the first DATA of the new
+//! session authenticates (a replayed HELLO yields a session nobody can use); the initiator
+//! sends an empty DATA right after WELCOME for that. A HELLO without an answer is followed,
+//! after `handshake_timeout`, by a fresh HELLO (new ephemeral keys: an independent handshake,
+//! so the responder's replay cache never has to accept a repeat), up to `handshake_attempts`;
+//! see [`UdpEngine::handle_timeout`] for how both sides settle on one of several attempts.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, KeyInit, Mac};
+use nyx_core::rate::{IpPrefix, KeyedLimiter, Quota};
+use nyx_core::redact::Redacted;
+use nyx_core::{NodeId, Timestamp};
+use nyx_crypto::hop::ReplayCache;
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::kem::HybridPublicKey;
+use nyx_crypto::link::{
+    HELLO_LEN, LinkInitiator, LinkInitiatorSent, LinkKey, LinkResponder, WELCOME_LEN,
+};
+use nyx_crypto::session::{HEADER_LEN, OVERHEAD, RekeyPolicy, Session};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
+
+mod transport;
+
+pub use transport::{UdpCommand, UdpSnapshot, UdpTransport};
+
+use crate::Error;
+use bytes::Bytes;
+use nyx_core::buf::{BufferPool, PoolConfig as BufPoolConfig, PooledBuf};
+
+const T_HELLO: u8 = 0x01;
+const T_COOKIE: u8 = 0x02;
+const T_WELCOME: u8 = 0x03;
+const T_DATA: u8 = 0x04;
+const COOKIE_LEN: usize = 16;
+const COOKIE_ROTATION: Duration = Duration::from_secs(120);
+const MAX_COOKIE_RESENDS: u32 = 2;
+/// Initiator: HELLOs of one dial whose WELCOME is still accepted (a late WELCOME for an
+/// earlier attempt still completes the dial), at most.
+const MAX_HELLOS_KEPT: usize = 8;
+/// Responder: sessions of handshakes from one address that wait for their first DATA besides
+/// the link's own session, at most (the newest are kept).
+const MAX_PENDING: usize = 4;
+/// DATA payload kinds (inside the authenticated payload, so they cannot be altered).
+const KIND_CELL: u8 = 0;
+const KIND_CONTROL: u8 = 1;
+const KIND_CONTROL_ACK: u8 = 2;
+/// Control messages sent and not yet acknowledged, per link, at most.
+pub const MAX_CONTROL_IN_FLIGHT: usize = 64;
+/// Control retransmission timeout: three round trips, at least this.
+const MIN_CONTROL_RTO: Duration = Duration::from_millis(50);
+
+/// Settings of the UDP transport.
+#[derive(Debug, Clone)]
+pub struct UdpConfig {
+    /// HELLOs per second across all sources above which a cookie is required. Default 64;
+    /// 0 always requires one.
+    pub cookie_threshold: u32,
+    /// HELLOs per second accepted from one source prefix (IPv4 /24, IPv6 /48). Default 10.
+    pub hello_rate_per_source: u32,
+    /// Wait before an unanswered HELLO is followed by a fresh one. Default 1 s.
+    pub handshake_timeout: Duration,
+    /// HELLOs sent before a dial fails. Default 5.
+    pub handshake_attempts: u32,
+    /// Rekeying of the sessions.
+    pub rekey: RekeyPolicy,
+    /// Most peers with sessions or dials. Default 4096.
+    pub max_peers: usize,
+    /// Longest cell carried. Default 1400 bytes (a 1152-byte onion cell plus link framing,
+    /// with room). Datagram buffers come from a pool sized for it.
+    pub max_cell_len: usize,
+    /// Memory cap of the datagram buffer pool. Default 64 MiB.
+    pub pool_bytes: usize,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        UdpConfig {
+            cookie_threshold: 64,
+            hello_rate_per_source: 10,
+            handshake_timeout: Duration::from_secs(1),
+            handshake_attempts: 5,
+            rekey: RekeyPolicy::default(),
+            max_peers: 4096,
+            max_cell_len: 1400,
+            pool_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What the engine reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UdpEvent {
+    /// A link is up (as initiator: WELCOME checked; as responder: the first DATA opened).
+    Connected {
+        /// The peer's verified identity.
+        peer: NodeId,
+        /// Its address.
+        addr: SocketAddr,
+    },
+    /// A cell arrived.
+    Cell {
+        /// From whom.
+        peer: NodeId,
+        /// The cell: a slice of the pooled buffer it was decrypted in (no further copy).
+        data: Bytes,
+    },
+    /// A control message arrived (reliable, in order).
+    Control {
+        /// From whom.
+        peer: NodeId,
+        /// The message.
+        data: Vec<u8>,
+    },
+    /// A dial failed.
+    Failed {
+        /// The address dialled.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Counters of the UDP transport (plain data for metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Handshakes completed.
+    pub handshakes_ok: u64,
+    /// HELLOs or WELCOMEs refused (bad, replayed, wrong peer, failed confirmation).
+    pub handshakes_failed: u64,
+    /// COOKIE replies sent instead of doing the handshake.
+    pub cookies_sent: u64,
+    /// HELLOs dropped by the per-source rate limit.
+    pub rate_limited: u64,
+    /// Cells sent.
+    pub cells_out: u64,
+    /// Cells received.
+    pub cells_in: u64,
+    /// Datagrams dropped: unknown type, truncated, or from an address with no session.
+    pub dropped_malformed: u64,
+    /// DATA that failed authentication or was replayed.
+    pub dropped_auth: u64,
+    /// Cells the node asked to send to an address without a link.
+    pub dropped_no_link: u64,
+    /// Datagrams dropped because the buffer pool was exhausted (backpressure).
+    pub dropped_no_buffer: u64,
+}
+
+/// Counters of one UDP link (plain data for metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Cells sent.
+    pub cells_out: u64,
+    /// Cells received.
+    pub cells_in: u64,
+    /// Cell bytes sent.
+    pub bytes_out: u64,
+    /// Cell bytes received.
+    pub bytes_in: u64,
+    /// DATA from this peer's address that failed authentication or was replayed.
+    pub dropped_auth: u64,
+    /// Round trip measured by the handshake (HELLO to WELCOME for the initiator, WELCOME to
+    /// the first DATA for the responder).
+    pub rtt: Option<Duration>,
+}
+
+struct Link {
+    peer: NodeId,
+    session: Session,
+    stats: LinkStats,
+    /// When this side sent its last handshake message, for the RTT.
+    handshake_sent: Timestamp,
+    /// Responder side: up only once the initiator's first DATA authenticated.
+    confirmed: bool,
+    /// Sessions of later HELLOs from this address (oldest first, at most [`MAX_PENDING`]),
+    /// each waiting for a DATA that authenticates under it. Such a DATA promotes it to the
+    /// link's session and discards the older ones (see `UdpEngine::on_data`); nothing else
+    /// does, so a replayed HELLO, even with a spoofed source, cannot tear down a live link.
+    pending: VecDeque<Pending>,
+    control: ControlState,
+}
+
+/// A responder's session from a HELLO that is not (yet) the link's session.
+struct Pending {
+    peer: NodeId,
+    session: Session,
+    /// When its WELCOME was sent, for the RTT.
+    welcome_sent: Timestamp,
+}
+
+/// A reliable, ordered control channel inside a link's session: numbered messages,
+/// cumulative acknowledgements, retransmission after a timeout.
+#[derive(Default)]
+struct ControlState {
+    next_seq: u32,
+    unacked: VecDeque<(u32, Vec<u8>, Timestamp)>,
+    expected: u32,
+    out_of_order: std::collections::BTreeMap<u32, Vec<u8>>,
+}
+
+struct Dial {
+    peer: NodeId,
+    peer_key: HybridPublicKey,
+    /// One entry per fresh HELLO sent, oldest first (at most [`MAX_HELLOS_KEPT`]): the
+    /// initiator state a WELCOME for it finishes. The last is the one resent with a cookie.
+    hellos: VecDeque<HelloSent>,
+    cookie: [u8; COOKIE_LEN],
+    /// HELLOs sent (fresh ones and cookie resends).
+    attempts: u32,
+    next_resend: Timestamp,
+    /// HELLOs resent because of a COOKIE (bounded: a forged COOKIE stream must not turn this
+    /// node into a HELLO amplifier).
+    cookie_resends: u32,
+}
+
+/// One HELLO of a dial.
+struct HelloSent {
+    state: LinkInitiatorSent,
+    hello: Box<[u8; HELLO_LEN]>,
+    /// When it was last sent, for the RTT.
+    sent: Timestamp,
+}
+
+/// The UDP transport's protocol state for one node: feed it datagrams and time, take
+/// datagrams to send and events. One socket driver owns it.
+pub struct UdpEngine {
+    config: UdpConfig,
+    identity: Arc<IdentityKey>,
+    link_keys: Vec<LinkKey>,
+    replay: ReplayCache,
+    limiter: KeyedLimiter<IpPrefix>,
+    cookie_key: Zeroizing<[u8; 32]>,
+    previous_cookie_key: Zeroizing<[u8; 32]>,
+    cookie_rotated: Timestamp,
+    hello_second: (u64, u32),
+    links: HashMap<SocketAddr, Link>,
+    dials: HashMap<SocketAddr, Dial>,
+    /// No control message is due for resending before this (a lower bound, so the driver
+    /// does not scan every link on every wake-up; `None`: nothing is unacknowledged).
+    control_due: Option<Timestamp>,
+    pool: BufferPool,
+    out: VecDeque<(SocketAddr, PooledBuf)>,
+    events: VecDeque<UdpEvent>,
+    stats: UdpStats,
+}
+
+impl UdpEngine {
+    /// An engine for `identity` answering HELLOs for `link_keys`.
+    pub fn new(
+        config: UdpConfig,
+        identity: Arc<IdentityKey>,
+        link_keys: Vec<LinkKey>,
+        now: Timestamp,
+    ) -> Result<Self, Error> {
+        let quota = Quota::per_second(config.hello_rate_per_source.max(1)).map_err(|e| {
+            Error::TlsConfig {
+                reason: e.to_string(),
+            }
+        })?;
+        let limiter = KeyedLimiter::new(quota, config.max_peers).map_err(|e| Error::TlsConfig {
+            reason: e.to_string(),
+        })?;
+        let buffer = (1 + OVERHEAD + config.max_cell_len).max(1 + COOKIE_LEN + HELLO_LEN);
+        let pool = BufferPool::new(BufPoolConfig {
+            max_bytes: config.pool_bytes,
+            ..BufPoolConfig::new(buffer)
+        })
+        .map_err(|e| Error::TlsConfig {
+            reason: e.to_string(),
+        })?;
+        let mut engine = UdpEngine {
+            config,
+            identity,
+            link_keys,
+            replay: ReplayCache::new(1 << 16),
+            limiter,
+            cookie_key: Zeroizing::new([0; 32]),
+            previous_cookie_key: Zeroizing::new([0; 32]),
+            cookie_rotated: now,
+            hello_second: (0, 0),
+            links: HashMap::new(),
+            dials: HashMap::new(),
+            control_due: None,
+            pool,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: UdpStats::default(),
+        };
+        engine.rotate_cookie(now)?;
+        engine.rotate_cookie(now)?;
+        Ok(engine)
+    }
+
+    /// Dial `peer`, whose link key (from its descriptor) is `peer_key`, at `addr`.
+    pub fn connect(
+        &mut self,
+        peer: NodeId,
+        peer_key: HybridPublicKey,
+        addr: SocketAddr,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        let dial = Dial {
+            peer,
+            peer_key,
+            hellos: VecDeque::new(),
+            cookie: [0; COOKIE_LEN],
+            attempts: 0,
+            next_resend: now,
+            cookie_resends: 0,
+        };
+        self.dials.insert(addr, dial);
+        self.send_hello(addr, true, now).inspect_err(|_| {
+            self.dials.remove(&addr);
+        })
+    }
+
+    /// Seal and queue one cell to the peer at `addr`: one copy of the cell, into the pooled
+    /// datagram buffer it is sealed in (the kernel takes a contiguous datagram).
+    pub fn send_cell(
+        &mut self,
+        addr: SocketAddr,
+        cell: &[u8],
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        self.send_data(addr, KIND_CELL, &[cell], now)?;
+        if let Some(link) = self.links.get_mut(&addr) {
+            link.stats.cells_out += 1;
+            link.stats.bytes_out += cell.len() as u64;
+        }
+        self.stats.cells_out += 1;
+        Ok(())
+    }
+
+    /// Queue a control message to the peer at `addr`: delivered reliably and in order (it is
+    /// resent until acknowledged). At most [`MAX_CONTROL_IN_FLIGHT`] may be unacknowledged.
+    pub fn send_control(
+        &mut self,
+        addr: SocketAddr,
+        msg: &[u8],
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        if msg.len() + 4 > self.config.max_cell_len {
+            return Err(Error::ControlTooLarge { len: msg.len() });
+        }
+        let link = self.links.get_mut(&addr).ok_or_else(|| Error::Link {
+            reason: "no link to that address".to_string(),
+        })?;
+        if link.control.unacked.len() >= MAX_CONTROL_IN_FLIGHT {
+            return Err(Error::Link {
+                reason: "control channel full (peer not acknowledging)".to_string(),
+            });
+        }
+        let seq = link.control.next_seq;
+        link.control.next_seq = seq.wrapping_add(1);
+        link.control.unacked.push_back((seq, msg.to_vec(), now));
+        let due = now.saturating_add(control_rto(link.stats.rtt));
+        self.control_due = Some(self.control_due.map_or(due, |d| d.min(due)));
+        self.send_data(addr, KIND_CONTROL, &[&seq.to_be_bytes(), msg], now)
+    }
+
+    /// An empty DATA: confirms a new session.
+    fn send_empty(&mut self, addr: SocketAddr, now: Timestamp) -> Result<(), Error> {
+        let link = self.links.get_mut(&addr).ok_or_else(|| Error::Link {
+            reason: "no link to that address".to_string(),
+        })?;
+        let mut buf = [0u8; 1 + OVERHEAD];
+        buf[0] = T_DATA;
+        let n = link
+            .session
+            .seal(now, &mut buf[1..], 0)
+            .map_err(|e| Error::Link {
+                reason: e.to_string(),
+            })?;
+        let Ok(mut pooled) = self.pool.acquire() else {
+            self.stats.dropped_no_buffer += 1;
+            return Ok(());
+        };
+        pooled.full_mut()[..1 + n].copy_from_slice(&buf[..1 + n]);
+        pooled.truncate(1 + n);
+        self.out.push_back((addr, pooled));
+        Ok(())
+    }
+
+    /// Seal `kind || parts` as one DATA datagram to `addr`.
+    fn send_data(
+        &mut self,
+        addr: SocketAddr,
+        kind: u8,
+        parts: &[&[u8]],
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        let len = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
+        if len > 1 + self.config.max_cell_len {
+            return Err(Error::CellTooLarge {
+                len: len - 1,
+                max: self.config.max_cell_len,
+            });
+        }
+        let Some(link) = self.links.get_mut(&addr) else {
+            self.stats.dropped_no_link += 1;
+            return Err(Error::Link {
+                reason: "no link to that address".to_string(),
+            });
+        };
+        let Ok(mut buf) = self.pool.acquire() else {
+            self.stats.dropped_no_buffer += 1;
+            return Err(Error::Link {
+                reason: "datagram buffer pool exhausted".to_string(),
+            });
+        };
+        let full = buf.full_mut();
+        full[0] = T_DATA;
+        let mut at = 1 + HEADER_LEN;
+        full[at] = kind;
+        at += 1;
+        for part in parts {
+            full[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        let n = link
+            .session
+            .seal(now, &mut full[1..1 + OVERHEAD + len], len)
+            .map_err(|e| Error::Link {
+                reason: e.to_string(),
+            })?;
+        buf.truncate(1 + n);
+        self.out.push_back((addr, buf));
+        Ok(())
+    }
+
+    /// Take one datagram from `from`. Nothing a stranger sends makes this panic or disturb
+    /// a live link; refusals are counted.
+    pub fn handle_datagram(&mut self, from: SocketAddr, datagram: &[u8], now: Timestamp) {
+        let Some((&kind, body)) = datagram.split_first() else {
+            self.stats.dropped_malformed += 1;
+            return;
+        };
+        match kind {
+            T_HELLO if body.len() == COOKIE_LEN + HELLO_LEN => self.on_hello(from, body, now),
+            T_COOKIE if body.len() == COOKIE_LEN => self.on_cookie(from, body, now),
+            T_WELCOME if body.len() == WELCOME_LEN => self.on_welcome(from, body, now),
+            T_DATA => self.on_data(from, body, now),
+            _ => self.stats.dropped_malformed += 1,
+        }
+    }
+
+    /// Follow unanswered HELLOs with fresh ones, resend unacknowledged control messages, give
+    /// up on dials that ran out of attempts, rotate the cookie key.
+    ///
+    /// A HELLO is never resent as is after a timeout: a responder that processed it (its
+    /// WELCOME was lost) would refuse the repeat as a replay. Each resend is a new handshake
+    /// instead (new ephemeral keys), so the responder's replay protection stays as strict as
+    /// it is. Several handshakes of one dial may then be answered, and neither side can tell
+    /// which WELCOME the network delivers, so both keep the recent ones: the initiator
+    /// finishes the first WELCOME that completes any HELLO it still holds (a late answer to
+    /// an earlier attempt is as good as the latest) and sends its confirming DATA under that
+    /// session; the responder holds the session of each HELLO from that address and promotes
+    /// the one a DATA authenticates under (see `on_data`). (The alternative, the responder
+    /// caching its WELCOME for a repeated HELLO, would work too; fresh HELLOs need no
+    /// exception to the replay rule, and nothing binds to a HELLO: the cookie is an HMAC of
+    /// the source address only, so it carries over to the next HELLO.)
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let mut resend = Vec::new();
+        if self.control_due.is_some_and(|due| now >= due) {
+            // Scan the links only when something may be due, and recompute the bound.
+            let mut next: Option<Timestamp> = None;
+            for (addr, link) in &mut self.links {
+                let rto = control_rto(link.stats.rtt);
+                for (seq, msg, sent) in link.control.unacked.iter_mut() {
+                    if now >= sent.saturating_add(rto) {
+                        *sent = now;
+                        resend.push((*addr, *seq, msg.clone()));
+                    }
+                    let due = sent.saturating_add(rto);
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
+            }
+            self.control_due = next;
+        }
+        for (addr, seq, msg) in resend {
+            let _ = self.send_data(addr, KIND_CONTROL, &[&seq.to_be_bytes(), &msg], now);
+        }
+        if now.saturating_duration_since(self.cookie_rotated) >= COOKIE_ROTATION {
+            // The RNG failing is reported on the next new() instead; keep the old key.
+            let _ = self.rotate_cookie(now);
+        }
+        let due: Vec<SocketAddr> = self
+            .dials
+            .iter()
+            .filter(|(_, d)| now >= d.next_resend)
+            .map(|(a, _)| *a)
+            .collect();
+        for addr in due {
+            let out_of_attempts = self
+                .dials
+                .get(&addr)
+                .is_some_and(|d| d.attempts >= self.config.handshake_attempts);
+            if out_of_attempts {
+                self.dials.remove(&addr);
+                self.events.push_back(UdpEvent::Failed {
+                    addr,
+                    reason: "no answer to HELLO".to_string(),
+                });
+            } else if let Err(e) = self.send_hello(addr, true, now) {
+                self.dials.remove(&addr);
+                self.events.push_back(UdpEvent::Failed {
+                    addr,
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next needed.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let rotate = self.cookie_rotated.saturating_add(COOKIE_ROTATION);
+        // Unacknowledged control messages too: without this their resends waited for the
+        // next HELLO resend or cookie rotation (up to two minutes) in the driver.
+        let first = self.control_due.map_or(rotate, |due| due.min(rotate));
+        Some(
+            self.dials
+                .values()
+                .map(|d| d.next_resend)
+                .fold(first, Timestamp::min),
+        )
+    }
+
+    /// The next datagram to send (a pooled buffer: dropping it returns it to the pool).
+    pub fn poll_transmit(&mut self) -> Option<(SocketAddr, PooledBuf)> {
+        self.out.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<UdpEvent> {
+        self.events.pop_front()
+    }
+
+    /// The transport's counters.
+    pub fn stats(&self) -> UdpStats {
+        self.stats
+    }
+
+    /// Every link with its peer and counters.
+    pub fn links(&self) -> Vec<(SocketAddr, NodeId, LinkStats)> {
+        self.links
+            .iter()
+            .filter(|(_, l)| l.confirmed)
+            .map(|(a, l)| (*a, l.peer, l.stats))
+            .collect()
+    }
+
+    /// Send a HELLO of the dial to `addr`: a new handshake if `fresh` (or none is held),
+    /// else the latest one again (after a COOKIE: the responder did not process it, so it is
+    /// not a replay).
+    fn send_hello(&mut self, addr: SocketAddr, fresh: bool, now: Timestamp) -> Result<(), Error> {
+        let timeout = self.config.handshake_timeout;
+        let Some(dial) = self.dials.get_mut(&addr) else {
+            return Ok(());
+        };
+        if fresh || dial.hellos.is_empty() {
+            let (state, hello) =
+                LinkInitiator::new(&self.identity, dial.peer, dial.peer_key.clone())
+                    .start()
+                    .map_err(|e| Error::Link {
+                        reason: e.to_string(),
+                    })?;
+            dial.hellos.push_back(HelloSent {
+                state,
+                hello,
+                sent: now,
+            });
+            if dial.hellos.len() > MAX_HELLOS_KEPT {
+                dial.hellos.pop_front();
+            }
+        }
+        let Some(latest) = dial.hellos.back_mut() else {
+            return Ok(());
+        };
+        latest.sent = now;
+        dial.attempts += 1;
+        dial.next_resend = now.saturating_add(timeout);
+        let (cookie, hello) = (dial.cookie, latest.hello.clone());
+        self.queue(addr, &[&[T_HELLO], &cookie, &hello[..]]);
+        Ok(())
+    }
+
+    fn on_hello(&mut self, from: SocketAddr, body: &[u8], now: Timestamp) {
+        let (cookie, hello) = body.split_at(COOKIE_LEN);
+        // Load: HELLOs in the current second.
+        let second = now.as_nanos() / 1_000_000_000;
+        if self.hello_second.0 != second {
+            self.hello_second = (second, 0);
+        }
+        self.hello_second.1 = self.hello_second.1.saturating_add(1);
+        let loaded = self.hello_second.1 > self.config.cookie_threshold;
+        if loaded && !self.cookie_valid(from, cookie) {
+            let cookie = cookie_for(&self.cookie_key, from);
+            self.queue(from, &[&[T_COOKIE], &cookie]);
+            self.stats.cookies_sent += 1;
+            return;
+        }
+        let prefix = IpPrefix::of(from.ip(), 24, 48);
+        if self.limiter.check(&prefix, now).is_err() {
+            self.stats.rate_limited += 1;
+            return;
+        }
+        if self.links.len() + self.dials.len() >= self.config.max_peers
+            && !self.links.contains_key(&from)
+        {
+            self.stats.handshakes_failed += 1;
+            return;
+        }
+        let node = self.identity.node_id();
+        match LinkResponder::new(node, &self.link_keys).respond(
+            hello,
+            &mut self.replay,
+            self.config.rekey,
+            now,
+        ) {
+            Ok((session, welcome, initiator)) => {
+                let peer = initiator.node_id();
+                match self.links.get_mut(&from) {
+                    // A later HELLO from an address with a link (up, or still waiting for its
+                    // first DATA): the initiator's next attempt after a lost WELCOME, a
+                    // restarted peer, or a replay with a spoofed source. Which one is known
+                    // only when a DATA authenticates, so the new session waits beside the
+                    // link's own; the link is left as it is.
+                    Some(link) => {
+                        link.pending.push_back(Pending {
+                            peer,
+                            session,
+                            welcome_sent: now,
+                        });
+                        if link.pending.len() > MAX_PENDING {
+                            let oldest = link.pending.pop_front();
+                            // A link not yet up is itself only the oldest candidate: drop it
+                            // first. A live link is never dropped for a HELLO.
+                            if let (false, Some(next)) = (link.confirmed, oldest) {
+                                link.peer = next.peer;
+                                link.session = next.session;
+                                link.handshake_sent = next.welcome_sent;
+                            }
+                        }
+                    }
+                    None => {
+                        self.links.insert(
+                            from,
+                            Link {
+                                peer,
+                                session,
+                                stats: LinkStats::default(),
+                                handshake_sent: now,
+                                confirmed: false,
+                                pending: VecDeque::new(),
+                                control: ControlState::default(),
+                            },
+                        );
+                    }
+                }
+                self.queue(from, &[&[T_WELCOME], &welcome]);
+            }
+            Err(error) => {
+                self.stats.handshakes_failed += 1;
+                tracing::debug!(%error, "udp HELLO refused");
+            }
+        }
+    }
+
+    fn on_cookie(&mut self, from: SocketAddr, cookie: &[u8], now: Timestamp) {
+        let Some(dial) = self.dials.get_mut(&from) else {
+            self.stats.dropped_malformed += 1;
+            return;
+        };
+        // One resend per COOKIE, at most twice per dial; further COOKIEs only update the
+        // cookie the timer's next resend carries.
+        dial.cookie.copy_from_slice(cookie);
+        if dial.cookie_resends >= MAX_COOKIE_RESENDS {
+            return;
+        }
+        dial.cookie_resends += 1;
+        // The RNG failing (only when no HELLO is held) leaves the dial to its timer.
+        let _ = self.send_hello(from, false, now);
+    }
+
+    fn on_welcome(&mut self, from: SocketAddr, welcome: &[u8], now: Timestamp) {
+        let Some(dial) = self.dials.get_mut(&from) else {
+            self.stats.dropped_malformed += 1;
+            return;
+        };
+        // Which HELLO this answers is not in the WELCOME: try the held ones, newest first
+        // (usually the one answered). `finish` consumes the state it tries, so a WELCOME
+        // that completes none (forged or corrupted) ends the attempts in flight, not the
+        // dial: its timer sends a fresh HELLO.
+        let mut finished = None;
+        while let Some(attempt) = dial.hellos.pop_back() {
+            if let Ok(session) = attempt.state.finish(welcome, self.config.rekey, now) {
+                finished = Some((session, attempt.sent));
+                break;
+            }
+        }
+        let Some((session, hello_sent)) = finished else {
+            self.stats.handshakes_failed += 1;
+            tracing::debug!(from = %Redacted(from), "udp WELCOME refused");
+            return;
+        };
+        let peer = dial.peer;
+        self.dials.remove(&from);
+        let stats = LinkStats {
+            rtt: Some(now.saturating_duration_since(hello_sent)),
+            ..LinkStats::default()
+        };
+        self.links.insert(
+            from,
+            Link {
+                peer,
+                session,
+                stats,
+                handshake_sent: now,
+                confirmed: true,
+                pending: VecDeque::new(),
+                control: ControlState::default(),
+            },
+        );
+        self.stats.handshakes_ok += 1;
+        self.events
+            .push_back(UdpEvent::Connected { peer, addr: from });
+        // A DATA with no payload confirms the session to the responder at once.
+        let _ = self.send_empty(from, now);
+    }
+
+    fn on_data(&mut self, from: SocketAddr, body: &[u8], now: Timestamp) {
+        let Some(link) = self.links.get_mut(&from) else {
+            self.stats.dropped_malformed += 1;
+            return;
+        };
+        // One copy, from the socket's reused receive buffer into a pooled buffer the cell
+        // is decrypted in and delivered from.
+        if body.len() > self.pool.buffer_size() {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let Ok(mut buf) = self.pool.acquire() else {
+            self.stats.dropped_no_buffer += 1;
+            return;
+        };
+        buf.truncate(body.len());
+        buf.copy_from_slice(body);
+        let range = match link.session.open(now, &mut buf) {
+            Ok(range) => range,
+            Err(_) => {
+                // Perhaps a later handshake from this address completed: the initiator's
+                // next attempt after a lost WELCOME, or a restarted peer. Newest first. (A
+                // failed open changes neither the session nor the buffer.)
+                let opened = link
+                    .pending
+                    .iter_mut()
+                    .enumerate()
+                    .rev()
+                    .find_map(|(i, p)| p.session.open(now, &mut buf).ok().map(|r| (i, r)));
+                let Some((i, range)) = opened else {
+                    self.stats.dropped_auth += 1;
+                    link.stats.dropped_auth += 1;
+                    return;
+                };
+                // The newest completed handshake wins: it becomes the link's session, the
+                // older ones go (the initiator finishes one handshake per dial, so they
+                // cannot complete any more). Newer ones stay: they may still complete (the
+                // peer restarted again). Only the initiator, who holds the ephemeral
+                // secrets, can make a DATA authenticate, so a replayed HELLO never gets here.
+                link.pending.drain(..i);
+                let Some(promoted) = link.pending.pop_front() else {
+                    return;
+                };
+                link.peer = promoted.peer;
+                link.session = promoted.session;
+                link.handshake_sent = promoted.welcome_sent;
+                if link.confirmed {
+                    // A new handshake replaces a live session: the peer's control channel
+                    // starts afresh (as the initiator's side does), and so must ours.
+                    link.control = ControlState::default();
+                    link.stats.rtt = Some(now.saturating_duration_since(promoted.welcome_sent));
+                }
+                range
+            }
+        };
+        let peer = link.peer;
+        if !link.confirmed {
+            link.confirmed = true;
+            link.stats.rtt = Some(now.saturating_duration_since(link.handshake_sent));
+            self.stats.handshakes_ok += 1;
+            tracing::debug!(peer = %Redacted(peer), "udp link up (accepted)");
+            self.events
+                .push_back(UdpEvent::Connected { peer, addr: from });
+        }
+        if range.is_empty() {
+            return; // a confirmation
+        }
+        let kind = buf[range.start];
+        let body = range.start + 1..range.end;
+        match kind {
+            KIND_CELL => {
+                self.stats.cells_in += 1;
+                link.stats.cells_in += 1;
+                link.stats.bytes_in += body.len() as u64;
+                self.events.push_back(UdpEvent::Cell {
+                    peer,
+                    data: buf.freeze().slice(body),
+                });
+            }
+            KIND_CONTROL if body.len() >= 4 => {
+                let seq = u32::from_be_bytes([
+                    buf[body.start],
+                    buf[body.start + 1],
+                    buf[body.start + 2],
+                    buf[body.start + 3],
+                ]);
+                let msg = buf[body.start + 4..body.end].to_vec();
+                let c = &mut link.control;
+                let ahead = seq.wrapping_sub(c.expected);
+                if ahead == 0 {
+                    self.events.push_back(UdpEvent::Control { peer, data: msg });
+                    c.expected = c.expected.wrapping_add(1);
+                    while let Some(next) = c.out_of_order.remove(&c.expected) {
+                        self.events
+                            .push_back(UdpEvent::Control { peer, data: next });
+                        c.expected = c.expected.wrapping_add(1);
+                    }
+                } else if (ahead as usize) < MAX_CONTROL_IN_FLIGHT {
+                    c.out_of_order.insert(seq, msg);
+                } // else: a duplicate of a delivered message (or garbage from the peer)
+                let ack = c.expected.to_be_bytes();
+                let _ = self.send_data(from, KIND_CONTROL_ACK, &[&ack], now);
+            }
+            KIND_CONTROL_ACK if body.len() == 4 => {
+                let next = u32::from_be_bytes([
+                    buf[body.start],
+                    buf[body.start + 1],
+                    buf[body.start + 2],
+                    buf[body.start + 3],
+                ]);
+                // Everything before `next` arrived.
+                let c = &mut link.control;
+                while c.unacked.front().is_some_and(|(seq, _, _)| {
+                    next.wrapping_sub(*seq).wrapping_sub(1) < MAX_CONTROL_IN_FLIGHT as u32
+                }) {
+                    c.unacked.pop_front();
+                }
+            }
+            _ => self.stats.dropped_malformed += 1,
+        }
+    }
+
+    /// Queue a handshake message assembled from `parts` in a pooled buffer.
+    fn queue(&mut self, to: SocketAddr, parts: &[&[u8]]) {
+        let Ok(mut buf) = self.pool.acquire() else {
+            self.stats.dropped_no_buffer += 1;
+            return;
+        };
+        let mut at = 0;
+        let full = buf.full_mut();
+        for part in parts {
+            full[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        buf.truncate(at);
+        self.out.push_back((to, buf));
+    }
+
+    fn cookie_valid(&self, from: SocketAddr, cookie: &[u8]) -> bool {
+        let now = cookie_for(&self.cookie_key, from);
+        let before = cookie_for(&self.previous_cookie_key, from);
+        bool::from(now.ct_eq(cookie)) || bool::from(before.ct_eq(cookie))
+    }
+
+    fn rotate_cookie(&mut self, now: Timestamp) -> Result<(), Error> {
+        let mut fresh = Zeroizing::new([0u8; 32]);
+        getrandom::fill(fresh.as_mut_slice()).map_err(|e| Error::Link {
+            reason: format!("random number generator: {e}"),
+        })?;
+        self.previous_cookie_key = std::mem::replace(&mut self.cookie_key, fresh);
+        self.cookie_rotated = now;
+        Ok(())
+    }
+}
+
+/// Control retransmission timeout for a link with this handshake RTT.
+fn control_rto(rtt: Option<Duration>) -> Duration {
+    rtt.map_or(Duration::from_millis(200), |r| r * 3)
+        .max(MIN_CONTROL_RTO)
+}
+
+/// HMAC-SHA256(key, address)[..16].
+fn cookie_for(key: &[u8; 32], addr: SocketAddr) -> [u8; COOKIE_LEN] {
+    let mut out = [0u8; COOKIE_LEN];
+    // A 32-byte key is always accepted by HMAC.
+    if let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(key) {
+        match addr {
+            SocketAddr::V4(a) => mac.update(&a.ip().octets()),
+            SocketAddr::V6(a) => mac.update(&a.ip().octets()),
+        }
+        mac.update(&addr.port().to_be_bytes());
+        out.copy_from_slice(&mac.finalize().into_bytes()[..COOKIE_LEN]);
+    }
+    out
+}
+
+impl std::fmt::Debug for UdpEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpEngine")
+            .field("links", &self.links.len())
+            .field("dials", &self.dials.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}

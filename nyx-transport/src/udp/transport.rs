@@ -1,0 +1,355 @@
+//! The UDP transport's driver: one task owns the socket and the [`UdpEngine`], moves
+//! datagrams with the fewest system calls the kernel allows (quinn-udp: GSO for runs of
+//! equal-size datagrams to one peer, GRO and `recvmmsg` on receive), and talks to the rest of
+//! the node through channels. The caller (nyx-node) spawns [`UdpTransport::run`].
+
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nyx_core::buf::PooledBuf;
+use nyx_core::time::CoarseClock;
+use nyx_core::{NodeId, Timestamp};
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::kem::HybridPublicKey;
+use nyx_crypto::link::LinkKey;
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use tokio::io::Interest;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::Error;
+use crate::fault::{FaultConfig, FaultCounters, FaultShim};
+use crate::udp::{LinkStats, UdpConfig, UdpEngine, UdpEvent, UdpStats};
+
+/// Datagrams received per system call at most.
+const RECV_BATCH: usize = 32;
+/// Commands taken from the queue per wake-up at most (one GSO batch is up to 64 segments).
+const COMMAND_BATCH: usize = 63;
+/// Largest GSO batch in bytes (a UDP send carries at most 65 507 bytes of payload).
+const MAX_GSO_BYTES: usize = 65_000;
+/// Socket buffer size asked of the kernel.
+const SOCKET_BUFFER: usize = 4 << 20;
+/// Room per receive buffer: 64 KiB holds a GRO batch.
+const RECV_BUF: usize = 64 * 1024;
+
+/// What the rest of the node asks the UDP transport to do.
+#[derive(Debug)]
+pub enum UdpCommand {
+    /// Dial a peer (its link key from the directory).
+    Connect {
+        /// The peer.
+        peer: NodeId,
+        /// Its link key.
+        key: Box<HybridPublicKey>,
+        /// Its address.
+        addr: SocketAddr,
+    },
+    /// Send a cell on the link to `addr`.
+    Cell {
+        /// The peer's address.
+        addr: SocketAddr,
+        /// The cell.
+        cell: Bytes,
+    },
+    /// Send a control message (reliable, ordered) on the link to `addr`.
+    Control {
+        /// The peer's address.
+        addr: SocketAddr,
+        /// The message.
+        msg: Vec<u8>,
+    },
+    /// Report the transport's and every link's counters.
+    Stats(tokio::sync::oneshot::Sender<UdpSnapshot>),
+}
+
+/// The UDP transport's counters at one moment: transport-wide and per link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpSnapshot {
+    /// Transport-wide counters.
+    pub transport: UdpStats,
+    /// Each link: its address, peer and counters.
+    pub links: Vec<(SocketAddr, NodeId, LinkStats)>,
+}
+
+/// A UDP socket and its protocol engine.
+#[derive(Debug)]
+pub struct UdpTransport {
+    io: tokio::net::UdpSocket,
+    state: UdpSocketState,
+    engine: UdpEngine,
+    /// The engine's time line.
+    clock: CoarseClock,
+    /// Reused buffer for GSO batches.
+    batch: Vec<u8>,
+    /// Reused list of the datagrams of one GSO run.
+    run: Vec<PooledBuf>,
+    /// Tests: a record of every datagram sent.
+    tap: Option<(SocketAddr, crate::fault::WireTap)>,
+    /// Tests: faults applied to every datagram received.
+    faults: Option<ReceiveFaults>,
+}
+
+/// The fault shim on the receive path and the counters it publishes.
+#[derive(Debug)]
+struct ReceiveFaults {
+    shim: FaultShim<(SocketAddr, Vec<u8>)>,
+    counters: FaultCounters,
+}
+
+impl UdpTransport {
+    /// Bind `addr` (needs a tokio runtime) for `identity` with its link keys.
+    pub fn bind(
+        addr: SocketAddr,
+        identity: Arc<IdentityKey>,
+        link_keys: Vec<LinkKey>,
+        config: UdpConfig,
+    ) -> Result<Self, Error> {
+        let std = std::net::UdpSocket::bind(addr).map_err(io_error("bind UDP socket"))?;
+        std.set_nonblocking(true)
+            .map_err(io_error("make UDP socket non-blocking"))?;
+        let state = UdpSocketState::new((&std).into()).map_err(io_error("configure UDP socket"))?;
+        // Bursts of cells must not overflow the kernel's default ~200 KiB buffers; the kernel
+        // caps these at net.core.{r,w}mem_max, so failure to get all of it is not an error.
+        let _ = state.set_recv_buffer_size((&std).into(), SOCKET_BUFFER);
+        let _ = state.set_send_buffer_size((&std).into(), SOCKET_BUFFER);
+        let io = tokio::net::UdpSocket::from_std(std).map_err(io_error("register UDP socket"))?;
+        let engine = UdpEngine::new(config, identity, link_keys, Timestamp::ZERO)?;
+        Ok(UdpTransport {
+            io,
+            state,
+            engine,
+            clock: CoarseClock::new(),
+            batch: Vec::with_capacity(MAX_GSO_BYTES),
+            run: Vec::with_capacity(64),
+            tap: None,
+            faults: None,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
+        self.io.local_addr().map_err(io_error("UDP socket address"))
+    }
+
+    /// Record every datagram this transport sends into `tap` (tests of what is on the wire).
+    pub fn set_tap(&mut self, tap: crate::fault::WireTap) -> Result<(), Error> {
+        self.tap = Some((self.local_addr()?, tap));
+        Ok(())
+    }
+
+    /// Tests: pass every datagram this transport receives through a seeded
+    /// [`FaultShim`] (dropped, duplicated, delayed or held back to be reordered) before the
+    /// engine sees it; call before [`run`](Self::run). Handshake and control datagrams go
+    /// through it too: the engine resends HELLOs and unacknowledged control messages. What
+    /// is sent is unchanged (faults are injected once, on the receiving side). The returned
+    /// counters follow the shim while the transport runs. Without this call the receive
+    /// path has no shim and copies nothing.
+    pub fn set_faults(&mut self, config: FaultConfig) -> FaultCounters {
+        let counters = FaultCounters::default();
+        self.faults = Some(ReceiveFaults {
+            shim: FaultShim::new(config),
+            counters: counters.clone(),
+        });
+        counters
+    }
+
+    /// Run until `commands` closes: execute commands, move datagrams, report events.
+    #[tracing::instrument(name = "udp_transport", skip_all)]
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<UdpCommand>,
+        events: mpsc::Sender<UdpEvent>,
+    ) -> Result<(), Error> {
+        let mut storage = vec![0u8; RECV_BUF * RECV_BATCH];
+        let mut meta = [RecvMeta::default(); RECV_BATCH];
+        loop {
+            // The engine's next timer, or the next datagram the fault shim holds back.
+            let held = self.faults.as_ref().and_then(|f| f.shim.next_due());
+            let wake = [self.engine.poll_timeout(), held]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|t| Instant::from_std(self.clock.instant_of(t)));
+            tokio::select! {
+                command = commands.recv() => {
+                    let Some(command) = command else { return Ok(()) };
+                    let now = self.now();
+                    self.execute(command, now)?;
+                    // Take what else is queued, so equal-size cells to one peer leave in one
+                    // GSO batch instead of a system call each.
+                    for _ in 0..COMMAND_BATCH {
+                        let Ok(command) = commands.try_recv() else { break };
+                        self.execute(command, now)?;
+                    }
+                }
+                ready = self.io.readable() => {
+                    ready.map_err(io_error("UDP socket readiness"))?;
+                    self.receive(&mut storage, &mut meta);
+                }
+                () = sleep_until(wake) => {
+                    let now = self.now();
+                    self.release_held(now);
+                    self.engine.handle_timeout(now);
+                }
+            }
+            self.flush().await;
+            while let Some(event) = self.engine.poll_event() {
+                if events.send(event).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn execute(&mut self, command: UdpCommand, now: Timestamp) -> Result<(), Error> {
+        match command {
+            UdpCommand::Connect { peer, key, addr } => self.engine.connect(peer, *key, addr, now),
+            // A cell for a peer without a link is dropped (counted in the engine's stats);
+            // cells are unreliable by design.
+            UdpCommand::Cell { addr, cell } => {
+                let _ = self.engine.send_cell(addr, &cell, now);
+                Ok(())
+            }
+            // A full control channel or a missing link drops the message; the overlay's
+            // circuit timeouts handle that like any lost handshake.
+            UdpCommand::Control { addr, msg } => {
+                let _ = self.engine.send_control(addr, &msg, now);
+                Ok(())
+            }
+            UdpCommand::Stats(reply) => {
+                // The asker may have gone; nothing to do then.
+                let _ = reply.send(UdpSnapshot {
+                    transport: self.engine.stats(),
+                    links: self.engine.links(),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Receive everything ready (GRO batches split by stride) into the engine.
+    fn receive(&mut self, storage: &mut [u8], meta: &mut [RecvMeta; RECV_BATCH]) {
+        let now = self.now();
+        let (io, state) = (&self.io, &self.state);
+        // On the stack: no allocation per receive.
+        let mut chunks = storage.chunks_mut(RECV_BUF);
+        let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
+            std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
+        let Ok(n) = io.try_io(Interest::READABLE, || {
+            state.recv(io.into(), &mut slices, meta)
+        }) else {
+            return; // spurious readiness: nothing to read
+        };
+        for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
+            let stride = m.stride.max(1);
+            for datagram in slice[..m.len].chunks(stride) {
+                match &mut self.faults {
+                    None => self.engine.handle_datagram(m.addr, datagram, now),
+                    Some(faults) => faults.shim.push(now, (m.addr, datagram.to_vec())),
+                }
+            }
+        }
+        if let Some(faults) = &self.faults {
+            faults.counters.set(faults.shim.stats());
+        }
+        self.release_held(now);
+    }
+
+    /// Tests: hand the engine every datagram the fault shim releases by `now`.
+    fn release_held(&mut self, now: Timestamp) {
+        let Some(faults) = &mut self.faults else {
+            return;
+        };
+        while let Some((from, datagram)) = faults.shim.pop_due(now) {
+            self.engine.handle_datagram(from, &datagram, now);
+        }
+    }
+
+    /// Send what the engine queued: consecutive equal-size datagrams to one address go out as
+    /// one GSO transmit (copied into one contiguous batch, the layout GSO requires; a lone
+    /// datagram goes out straight from its pooled buffer).
+    async fn flush(&mut self) {
+        let max_segments = self.state.max_gso_segments().max(1);
+        // Reused across flushes: no allocation per wake-up.
+        let mut run = std::mem::take(&mut self.run);
+        let mut run_to: Option<SocketAddr> = None;
+        while let Some((addr, datagram)) = self.engine.poll_transmit() {
+            let joins = run_to == Some(addr)
+                && run.first().is_some_and(|d| d.len() == datagram.len())
+                && run.len() < max_segments
+                && (run.len() + 1) * datagram.len() <= MAX_GSO_BYTES;
+            if !joins && !run.is_empty() {
+                self.send_run(run_to, &mut run).await;
+            }
+            run_to = Some(addr);
+            run.push(datagram);
+        }
+        if !run.is_empty() {
+            self.send_run(run_to, &mut run).await;
+        }
+        self.run = run;
+    }
+
+    async fn send_run(&mut self, to: Option<SocketAddr>, run: &mut Vec<PooledBuf>) {
+        let Some(to) = to else { return };
+        if let [single] = &run[..] {
+            self.send(to, single, None).await;
+        } else if let Some(first) = run.first() {
+            let size = first.len();
+            self.batch.clear();
+            for d in run.iter() {
+                self.batch.extend_from_slice(d);
+            }
+            let batch = std::mem::take(&mut self.batch);
+            self.send(to, &batch, Some(size)).await;
+            self.batch = batch;
+        }
+        run.clear(); // the buffers go back to the pool
+    }
+
+    async fn send(&self, to: SocketAddr, contents: &[u8], segment_size: Option<usize>) {
+        if let Some((from, tap)) = &self.tap {
+            tap.record(*from, to, contents, segment_size);
+        }
+        let transmit = Transmit {
+            destination: to,
+            ecn: None,
+            contents,
+            segment_size,
+            src_ip: None,
+        };
+        loop {
+            if self.io.writable().await.is_err() {
+                return;
+            }
+            match self.io.try_io(Interest::WRITABLE, || {
+                self.state.send((&self.io).into(), &transmit)
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                // Datagrams are unreliable: a send error (unreachable peer) drops them.
+                _ => return,
+            }
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.tick()
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// An [`Error::Io`] for a failed `what`, keeping the system's error as the source.
+fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> Error {
+    move |e| Error::Io {
+        what,
+        source: Arc::new(e),
+    }
+}
