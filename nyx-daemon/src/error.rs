@@ -85,6 +85,16 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
+    /// A file or directory of the daemon's could not be created, read or written.
+    #[error("{what} {path}: {source}")]
+    File {
+        /// What was being done (`create directory`, `write`, ...).
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
     /// The data directory (keys, descriptor, control socket) cannot be used.
     #[error("data directory {path}: {reason}")]
     DataDir {

@@ -3,7 +3,7 @@
 //! [`Inbound`] cells and control messages from one channel.
 //!
 //! A QUIC link ([`crate::quic::QuicLink`]) implements [`CellLink`] itself, and
-//! [`drive_quic_link`] (the daemon spawns it per link) moves its incoming cells and control
+//! [`drive_quic_link`] (the node spawns it per link) moves its incoming cells and control
 //! messages to the shared channel and writes its queued control messages to its stream. A UDP
 //! peer is a [`UdpLink`]: a handle on the UDP driver task's command queue, made when that task
 //! reports `Connected`; the driver's `Cell` and `Control` events are the inbound side.

@@ -33,6 +33,8 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod bound;
 mod builder;
 mod client;

@@ -55,17 +55,17 @@ pub fn default_data_dir() -> Result<PathBuf, Error> {
 
 /// Create `dir` (and its parents) if missing and make it (and `keys/`) private: mode 0700.
 pub fn prepare_data_dir(dir: &Path) -> Result<(), Error> {
-    let fail = |path: &Path, e: std::io::Error| Error::DataDir {
-        path: path.to_owned(),
-        reason: e.to_string(),
+    let fail = |what, path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::File { what, path, source }
     };
     for d in [dir.to_owned(), dir.join("keys")] {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&d)
-            .map_err(|e| fail(&d, e))?;
-        let meta = fs::metadata(&d).map_err(|e| fail(&d, e))?;
+            .map_err(fail("create directory", &d))?;
+        let meta = fs::metadata(&d).map_err(fail("inspect", &d))?;
         if !meta.is_dir() {
             return Err(Error::DataDir {
                 path: d,
@@ -73,7 +73,8 @@ pub fn prepare_data_dir(dir: &Path) -> Result<(), Error> {
             });
         }
         if meta.permissions().mode() & 0o077 != 0 {
-            fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).map_err(|e| fail(&d, e))?;
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o700))
+                .map_err(fail("make private", &d))?;
         }
     }
     Ok(())
@@ -116,12 +117,16 @@ pub fn load_or_create_keys(dir: &Path, now_unix: u64) -> Result<(NodeKeys, bool)
 /// Write `text` to `path` atomically (temporary file, then rename).
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), Error> {
     let tmp = path.with_extension("tmp");
-    let fail = |e: std::io::Error| Error::DataDir {
+    fs::write(&tmp, text).map_err(|source| Error::File {
+        what: "write",
+        path: tmp.clone(),
+        source,
+    })?;
+    fs::rename(&tmp, path).map_err(|source| Error::File {
+        what: "replace",
         path: path.to_owned(),
-        reason: e.to_string(),
-    };
-    fs::write(&tmp, text).map_err(fail)?;
-    fs::rename(&tmp, path).map_err(fail)
+        source,
+    })
 }
 
 /// Read the directory at `path`; a missing file is an empty directory (no relays yet).

@@ -75,7 +75,7 @@ fn changes_the_filter_live(t: &Telemetry, out: &Capture) {
     assert!(out.take().contains("debug line"));
 
     // Per-target directives.
-    t.set_log_level("warn, nyx_overlay::circuit=debug").unwrap();
+    t.set_log_level("warn, nyx_daemon::overlay=debug").unwrap();
     emit();
     let text = out.take();
     assert!(

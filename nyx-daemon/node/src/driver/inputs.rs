@@ -1,0 +1,195 @@
+//! What the driver takes in: cells and control messages from links, link changes, and the
+//! commands of the node's handles.
+
+use std::sync::Arc;
+
+use nyx_core::NodeId;
+use nyx_overlay::circuit::{CircuitHandle, DestroyReason};
+use nyx_transport::link::{Inbound, Message, UdpLink};
+use nyx_transport::udp::UdpEvent;
+use tokio::sync::oneshot;
+
+use super::{Driver, depth, push_task};
+use crate::events::{CircuitInfo, NodeEvent, PeerInfo};
+use crate::handle::Command;
+use crate::links::{LinkEvent, LinkRef, spawn_quic_driver};
+use crate::{Error, NodeStats, unix_now};
+
+impl Driver {
+    pub(super) fn inbound(&mut self, inbound: Inbound) {
+        let now = self.now();
+        match inbound.message {
+            Message::Cell(cell) => self.overlay.handle_cell(inbound.peer, &cell, now),
+            Message::Control(msg) => self.overlay.handle_control(inbound.peer, &msg, now),
+        }
+    }
+
+    pub(super) fn udp_event(&mut self, event: UdpEvent) {
+        let now = self.now();
+        match event {
+            UdpEvent::Connected { peer, addr } => {
+                self.links.udp_dials.remove(&addr);
+                if let Some(tx) = &self.udp {
+                    let link = UdpLink::new(peer, addr, tx.clone());
+                    self.links.live.insert(peer, LinkRef::Udp(link));
+                }
+                self.peer_up(peer);
+                self.overlay.link_up(peer, now);
+            }
+            UdpEvent::Cell { peer, data } => self.overlay.handle_cell(peer, &data, now),
+            UdpEvent::Control { peer, data } => self.overlay.handle_control(peer, &data, now),
+            UdpEvent::Failed { addr, reason } => {
+                tracing::debug!(%reason, "UDP dial failed");
+                if let Some(peer) = self.links.udp_dials.remove(&addr) {
+                    self.overlay.connect_failed(peer, now);
+                }
+            }
+        }
+    }
+
+    pub(super) fn link_event(&mut self, event: LinkEvent) {
+        let now = self.now();
+        match event {
+            LinkEvent::QuicUp(link) => {
+                let peer = link.peer();
+                let task = spawn_quic_driver(
+                    link.clone(),
+                    self.inbound_tx.clone(),
+                    self.link_events_tx.clone(),
+                );
+                push_task(&self.aux, task);
+                self.links.live.insert(peer, LinkRef::Quic(link));
+                self.peer_up(peer);
+                self.overlay.link_up(peer, now);
+            }
+            LinkEvent::QuicClosed(link) => {
+                let peer = link.peer();
+                let current = matches!(self.links.live.get(&peer), Some(LinkRef::Quic(l)) if Arc::ptr_eq(l, &link));
+                if current {
+                    self.links.live.remove(&peer);
+                    self.peer_down(peer);
+                    self.overlay.link_down(peer, now);
+                }
+            }
+            LinkEvent::DialFailed(peer) => self.overlay.connect_failed(peer, now),
+        }
+    }
+
+    /// Execute a command; `Some` asks the loop to shut down.
+    pub(super) fn command(&mut self, command: Command) -> Option<oneshot::Sender<()>> {
+        let now = self.now();
+        match command {
+            Command::Build { req, reply } => {
+                let id =
+                    self.policy
+                        .request(req, &mut self.overlay, &self.directory, now, unix_now());
+                self.requests.insert(id, reply);
+            }
+            Command::Send { circuit, payload } => {
+                if self.overlay.send(circuit, &payload).is_err() {
+                    self.send_failures += 1;
+                }
+            }
+            Command::Close { circuit } => {
+                self.close_own(circuit);
+            }
+            Command::CloseCircuit { circuit, reply } => {
+                let _ = reply.send(self.close_own(circuit));
+            }
+            Command::Circuits(reply) => {
+                let mut list: Vec<CircuitInfo> = self
+                    .circuits
+                    .iter()
+                    .map(|(handle, c)| CircuitInfo {
+                        circuit: *handle,
+                        path: c.path.clone(),
+                        age: now.saturating_duration_since(c.built_at),
+                    })
+                    .collect();
+                list.sort_by_key(|c| std::cmp::Reverse(c.age));
+                let _ = reply.send(list);
+            }
+            Command::Peers(reply) => {
+                let mut list: Vec<PeerInfo> = self
+                    .links
+                    .live
+                    .keys()
+                    .map(|peer| PeerInfo {
+                        peer: *peer,
+                        age: self
+                            .peers_since
+                            .get(peer)
+                            .map(|since| now.saturating_duration_since(*since))
+                            .unwrap_or_default(),
+                        in_directory: self.directory.contains(peer),
+                    })
+                    .collect();
+                list.sort_by_key(|p| p.peer);
+                let _ = reply.send(list);
+            }
+            Command::SetDirectory(directory) => {
+                let relays = directory.len();
+                self.directory = directory;
+                tracing::info!(relays, "directory replaced");
+                let _ = self.events.send(NodeEvent::DirectoryChanged { relays });
+            }
+            Command::SetExitPolicy(policy) => {
+                if let Some(service) = &self.exit_service {
+                    service.set_policy(policy.clone());
+                }
+                self.settings.exit_policy = policy;
+            }
+            Command::SetLimits { limits, reply } => {
+                let _ = reply.send(self.overlay.set_limits(&limits).map_err(Error::from));
+            }
+            Command::Reply { exit, payload } => {
+                if self.overlay.send_backward(exit, &payload, now).is_err() {
+                    self.send_failures += 1;
+                }
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(NodeStats {
+                    overlay: self.overlay.stats(),
+                    links: self.links.live.len(),
+                    relay_circuits: self.overlay.relay_circuits(),
+                    own_circuits: self.overlay.own_circuits(),
+                    send_failures: self.send_failures,
+                    owner_drops: self.owner_drops,
+                    inbound_queue: depth(&self.inbound_tx),
+                    command_queue: depth(&self.commands_tx),
+                    udp_send_queue: self.udp.as_ref().map_or(0, depth),
+                });
+            }
+            Command::CircuitIds(reply) => {
+                let _ = reply.send(self.overlay.link_circuit_ids());
+            }
+            Command::Shutdown(done) => return Some(done),
+        }
+        None
+    }
+
+    /// Close one of this node's circuits; false if it has none by that handle.
+    pub(super) fn close_own(&mut self, circuit: CircuitHandle) -> bool {
+        let known = self.circuits.remove(&circuit).is_some();
+        let _ = self.overlay.close(circuit, self.now());
+        if known {
+            let _ = self.events.send(NodeEvent::CircuitClosed {
+                circuit,
+                reason: DestroyReason::Requested,
+            });
+        }
+        known
+    }
+
+    pub(super) fn peer_up(&mut self, peer: NodeId) {
+        let now = self.now();
+        self.peers_since.insert(peer, now);
+        let _ = self.events.send(NodeEvent::PeerUp { peer });
+    }
+
+    pub(super) fn peer_down(&mut self, peer: NodeId) {
+        if self.peers_since.remove(&peer).is_some() {
+            let _ = self.events.send(NodeEvent::PeerDown { peer });
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The node's one driver task: it owns the [`Overlay`], the [`BuildPolicy`] and the links,
+//! feeds them what arrives (cells, control messages, link changes, commands, the time:
+//! `inputs.rs`) and carries out what they ask (send, dial, answer, deliver: `outputs.rs`).
+//! Every decision is theirs; this module only moves things between them and the sockets.
+
+mod inputs;
+mod outputs;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use nyx_core::time::CoarseClock;
+use nyx_core::{NodeId, Timestamp};
+use nyx_overlay::circuit::{CircuitHandle, DestroyReason, ExitHandle, Overlay};
+use nyx_overlay::directory::Directory;
+use nyx_overlay::path::PathSelector;
+use nyx_overlay::{BuildId, BuildPolicy};
+use nyx_transport::link::Inbound;
+use nyx_transport::quic::QuicEndpoint;
+use nyx_transport::udp::{UdpCommand, UdpEvent};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::bound::{Bound, BoundNode};
+use crate::client::ClientStreams;
+use crate::events::{EVENT_BUFFER, NodeEvent};
+use crate::exit::ExitService;
+use crate::handle::{Command, Liveness};
+use crate::links::{LinkEvent, Links, spawn_quic_acceptor};
+use crate::{Circuit, CircuitMessage, Error, ExitRequest, ExitServiceKind, Node, NodeHandle};
+
+/// Queue sizes between the tasks.
+const COMMANDS: usize = 1024;
+const INBOUND: usize = 4096;
+const LINK_EVENTS: usize = 256;
+const EXITS: usize = 1024;
+/// Messages handled per wake-up before outputs are flushed.
+const BATCH: usize = 64;
+
+/// One of this node's built circuits: where its messages go, and when it was built.
+struct OwnCircuit {
+    tx: mpsc::Sender<CircuitMessage>,
+    built_at: Timestamp,
+    path: Vec<NodeId>,
+}
+
+struct Driver {
+    overlay: Overlay,
+    clock: CoarseClock,
+    directory: Directory,
+    /// Paths, attempts and blame for this node's circuit requests.
+    policy: BuildPolicy,
+    /// Whom to answer for each request the policy serves.
+    requests: HashMap<BuildId, oneshot::Sender<Result<Circuit, Error>>>,
+    links: Links,
+    quic: Option<Arc<QuicEndpoint>>,
+    udp: Option<mpsc::Sender<UdpCommand>>,
+    inbound_tx: mpsc::Sender<Inbound>,
+    link_events_tx: mpsc::Sender<LinkEvent>,
+    commands_tx: mpsc::Sender<Command>,
+    exits_tx: mpsc::Sender<ExitRequest>,
+    circuits: HashMap<CircuitHandle, OwnCircuit>,
+    /// When each live link came up.
+    peers_since: HashMap<NodeId, Timestamp>,
+    events: broadcast::Sender<NodeEvent>,
+    /// Stream endpoints of the circuits this node is the exit of.
+    exit_circuits: HashMap<ExitHandle, mpsc::Sender<CircuitMessage>>,
+    exit_service: Option<Arc<ExitService>>,
+    settings: crate::NodeSettings,
+    aux: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    send_failures: u64,
+    owner_drops: u64,
+}
+
+pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error> {
+    let BoundNode {
+        identity,
+        onion_keys,
+        settings,
+        bound,
+        addr,
+        ..
+    } = node;
+    let me = identity.node_id();
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(Error::Randomness)?;
+    let clock = CoarseClock::new();
+    let overlay = Overlay::new(
+        me,
+        onion_keys,
+        settings.overlay.clone(),
+        u64::from_le_bytes([
+            seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], seed[6], seed[7],
+        ]),
+        clock.now(),
+    )?;
+    let (commands_tx, commands_rx) = mpsc::channel(COMMANDS);
+    let (inbound_tx, inbound_rx) = mpsc::channel(INBOUND);
+    let (link_events_tx, link_events_rx) = mpsc::channel(LINK_EVENTS);
+    let (exits_tx, exits_rx) = mpsc::channel(EXITS);
+    let aux = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (events, _) = broadcast::channel(EVENT_BUFFER);
+    let mut udp_events = None;
+    let (quic, udp) = match bound {
+        Bound::Quic(endpoint) => {
+            let endpoint = Arc::new(endpoint);
+            let task = spawn_quic_acceptor(endpoint.clone(), link_events_tx.clone());
+            push_task(&aux, task);
+            (Some(endpoint), None)
+        }
+        Bound::Udp(transport) => {
+            let (cmd_tx, cmd_rx) = mpsc::channel(4096);
+            let (ev_tx, ev_rx) = mpsc::channel(INBOUND);
+            let events = events.clone();
+            let task = tokio::spawn(async move {
+                if let Err(e) = transport.run(cmd_rx, ev_tx).await {
+                    tracing::warn!(error = %e, "UDP transport stopped");
+                    let _ = events.send(NodeEvent::Error {
+                        message: format!("UDP transport stopped: {e}"),
+                    });
+                }
+            });
+            push_task(&aux, task);
+            udp_events = Some(ev_rx);
+            (None, Some(cmd_tx))
+        }
+    };
+    let selector = PathSelector::new(me, settings.transport, settings.path.clone());
+    let policy = BuildPolicy::new(selector, settings.build_attempts, seed);
+    if let Some((field, reason)) = settings.streams.problem() {
+        return Err(nyx_overlay::Error::StreamConfig { field, reason }.into());
+    }
+    let exit_service = (settings.exit_service == ExitServiceKind::Streams).then(|| {
+        Arc::new(ExitService {
+            policy: std::sync::RwLock::new(Arc::new(settings.exit_policy.clone())),
+            config: settings.streams.clone(),
+            connect_timeout: settings.exit_connect_timeout,
+            connections: Arc::new(tokio::sync::Semaphore::new(settings.exit_max_connections)),
+        })
+    });
+    let streams = ClientStreams::new(settings.streams.clone(), settings.stream_open_timeout);
+    let (liveness, alive) = Liveness::new();
+    let driver = Driver {
+        overlay,
+        clock,
+        directory,
+        policy,
+        requests: HashMap::new(),
+        links: Links::default(),
+        quic,
+        udp,
+        inbound_tx,
+        link_events_tx,
+        commands_tx: commands_tx.clone(),
+        exits_tx,
+        circuits: HashMap::new(),
+        peers_since: HashMap::new(),
+        events: events.clone(),
+        exit_circuits: HashMap::new(),
+        exit_service,
+        settings,
+        aux: aux.clone(),
+        send_failures: 0,
+        owner_drops: 0,
+    };
+    let task = tokio::spawn(driver.run(commands_rx, inbound_rx, link_events_rx, udp_events, alive));
+    Ok(Node {
+        handle: NodeHandle {
+            id: me,
+            commands: commands_tx,
+            streams,
+            events,
+            liveness,
+        },
+        addr,
+        exits: Some(exits_rx),
+        task,
+        aux,
+    })
+}
+
+fn push_task(
+    aux: &std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    task: tokio::task::JoinHandle<()>,
+) {
+    if let Ok(mut tasks) = aux.lock() {
+        // Finished tasks (closed links, dials) need not be kept.
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+}
+
+impl Driver {
+    /// The time as of this wake-up (the clock is ticked once per wake-up, in `run`).
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    #[tracing::instrument(name = "node", skip_all)]
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut inbound: mpsc::Receiver<Inbound>,
+        mut link_events: mpsc::Receiver<LinkEvent>,
+        mut udp_events: Option<mpsc::Receiver<UdpEvent>>,
+        mut alive: oneshot::Receiver<()>,
+    ) {
+        loop {
+            let deadline = Instant::from_std(self.clock.instant_of(self.overlay.poll_timeout()));
+            tokio::select! {
+                // Every Node, NodeHandle and client stream is gone: nobody can use the node.
+                _ = &mut alive => {
+                    self.clock.tick();
+                    self.shutdown(None).await;
+                    return;
+                }
+                command = commands.recv() => {
+                    self.clock.tick();
+                    let Some(command) = command else { break };
+                    if let Some(done) = self.command(command) {
+                        self.shutdown(Some(done)).await;
+                        return;
+                    }
+                }
+                Some(first) = inbound.recv() => {
+                    self.clock.tick();
+                    self.inbound(first);
+                    for _ in 1..BATCH {
+                        match inbound.try_recv() {
+                            Ok(next) => self.inbound(next),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Some(event) = recv_udp(&mut udp_events) => {
+                    self.clock.tick();
+                    self.udp_event(event);
+                    if let Some(rx) = udp_events.as_mut() {
+                        for _ in 1..BATCH {
+                            match rx.try_recv() {
+                                Ok(next) => self.udp_event(next),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+                Some(event) = link_events.recv() => {
+                    self.clock.tick();
+                    self.link_event(event);
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    let now = self.clock.tick();
+                    self.overlay.handle_timeout(now);
+                }
+            }
+            self.flush();
+        }
+        self.abort_tasks();
+    }
+
+    /// Carry out everything the overlay and the build policy asked for, until they ask for
+    /// nothing more (handling an event can start a new build attempt, which asks for more).
+    fn flush(&mut self) {
+        loop {
+            let mut busy = false;
+            while let Some(output) = self.overlay.poll_output() {
+                busy = true;
+                self.output(output);
+            }
+            while let Some(event) = self.overlay.poll_event() {
+                busy = true;
+                self.event(event);
+            }
+            while let Some(outcome) = self.policy.poll_outcome() {
+                busy = true;
+                self.build_outcome(outcome);
+            }
+            if !busy {
+                return;
+            }
+        }
+    }
+
+    /// Stop: DESTROY every circuit, close the links, tell every circuit's owner, end every
+    /// task of the node, and answer `done` if someone waits. Requests still being built are
+    /// answered with [`Error::NodeStopped`] when their reply channels drop with `self`.
+    async fn shutdown(mut self, done: Option<oneshot::Sender<()>>) {
+        let now = self.now();
+        self.overlay.destroy_all(DestroyReason::Shutdown, now);
+        self.flush();
+        // Give the link tasks a moment to write the DESTROYs, then close.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if let Some(endpoint) = &self.quic {
+            endpoint.close();
+        }
+        for (_, tx) in self.exit_circuits.drain() {
+            let _ = tx.try_send(CircuitMessage::Destroyed {
+                reason: DestroyReason::Shutdown,
+                hop: None,
+            });
+        }
+        for (circuit, own) in self.circuits.drain() {
+            let _ = self.events.send(NodeEvent::CircuitClosed {
+                circuit,
+                reason: DestroyReason::Shutdown,
+            });
+            let _ = own.tx.try_send(CircuitMessage::Destroyed {
+                reason: DestroyReason::Shutdown,
+                hop: None,
+            });
+        }
+        self.abort_tasks();
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+    }
+
+    /// End the link, transport and exit tasks (the socket closes with the last of them).
+    fn abort_tasks(&self) {
+        if let Ok(mut aux) = self.aux.lock() {
+            for task in aux.drain(..) {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Messages waiting in a channel now.
+fn depth<T>(tx: &mpsc::Sender<T>) -> usize {
+    tx.max_capacity() - tx.capacity()
+}
+
+async fn recv_udp(rx: &mut Option<mpsc::Receiver<UdpEvent>>) -> Option<UdpEvent> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,211 @@
+//! What the driver carries out: the overlay's outputs (cells, control messages, dials,
+//! disconnects), its events (payloads for circuit owners and exits, circuits ending) and the
+//! build policy's outcomes (answers to circuit requests).
+
+use bytes::Bytes;
+use nyx_core::NodeId;
+use nyx_overlay::BuildOutcome;
+use nyx_overlay::circuit::{CircuitHandle, Event, ExitHandle, Output};
+use nyx_overlay::directory::ExitPolicy;
+use nyx_transport::udp::UdpCommand;
+use tokio::sync::mpsc;
+
+use super::{Driver, OwnCircuit, push_task};
+use crate::events::NodeEvent;
+use crate::links::spawn_quic_dial;
+use crate::{Circuit, CircuitMessage, ExitRequest, unix_now};
+
+impl Driver {
+    pub(super) fn output(&mut self, output: Output) {
+        match output {
+            Output::Cell { to, cell } => {
+                if !self.links.live.get(&to).is_some_and(|l| l.send_cell(cell)) {
+                    self.send_failures += 1;
+                }
+            }
+            Output::Control { to, msg } => {
+                if !self
+                    .links
+                    .live
+                    .get(&to)
+                    .is_some_and(|l| l.send_control(msg))
+                {
+                    self.send_failures += 1;
+                }
+            }
+            Output::Connect { peer } => self.dial(peer),
+            Output::Disconnect { peer } => {
+                if let Some(link) = self.links.live.remove(&peer) {
+                    link.close();
+                    self.peer_down(peer);
+                }
+            }
+        }
+    }
+
+    pub(super) fn dial(&mut self, peer: NodeId) {
+        let now = self.now();
+        let transport = self.settings.transport;
+        let Some(desc) = self.directory.get(&peer) else {
+            tracing::debug!("asked to reach a relay not in the directory");
+            return self.overlay.connect_failed(peer, now);
+        };
+        let Some(addr) = desc.addr(transport) else {
+            return self.overlay.connect_failed(peer, now);
+        };
+        if let Some(endpoint) = &self.quic {
+            let task = spawn_quic_dial(endpoint.clone(), peer, addr, self.link_events_tx.clone());
+            push_task(&self.aux, task);
+        } else if let Some(udp) = &self.udp {
+            let key = Box::new(desc.link_key().clone());
+            self.links.udp_dials.insert(addr, peer);
+            if udp
+                .try_send(UdpCommand::Connect { peer, key, addr })
+                .is_err()
+            {
+                self.links.udp_dials.remove(&addr);
+                self.overlay.connect_failed(peer, now);
+            }
+        }
+    }
+
+    pub(super) fn event(&mut self, event: Event) {
+        let now = self.now();
+        self.policy
+            .handle_event(&event, &mut self.overlay, &self.directory, now, unix_now());
+        match event {
+            Event::Destroyed {
+                circuit,
+                reason,
+                hop,
+                ..
+            } => {
+                if let Some(own) = self.circuits.remove(&circuit) {
+                    let _ = own.tx.try_send(CircuitMessage::Destroyed { reason, hop });
+                    let _ = self
+                        .events
+                        .send(NodeEvent::CircuitClosed { circuit, reason });
+                }
+            }
+            Event::Expiring { circuit } => {
+                if let Some(own) = self.circuits.get(&circuit) {
+                    let _ = own.tx.try_send(CircuitMessage::Expiring);
+                }
+            }
+            Event::Data { circuit, payload } => self.deliver_to_owner(circuit, payload),
+            Event::ExitData { exit, payload } => self.deliver_to_exit(exit, payload),
+            Event::ExitClosed { exit, reason } => {
+                if let Some(tx) = self.exit_circuits.remove(&exit) {
+                    let _ = tx.try_send(CircuitMessage::Destroyed { reason, hop: None });
+                }
+            }
+            // The build policy took these in above.
+            Event::Built { .. } | Event::Failed { .. } => {}
+        }
+    }
+
+    /// Answer a circuit request (or report an attempt that failed).
+    pub(super) fn build_outcome(&mut self, outcome: BuildOutcome) {
+        match outcome {
+            BuildOutcome::Built { id, circuit, .. } => {
+                let Some(reply) = self.requests.remove(&id) else {
+                    return;
+                };
+                let handle = self.own_circuit(circuit);
+                if let Err(Ok(unwanted)) = reply.send(Ok(handle)) {
+                    drop(unwanted); // the requester left: closing it tears it down
+                }
+            }
+            BuildOutcome::Retrying {
+                attempt, reason, ..
+            } => {
+                let _ = self
+                    .events
+                    .send(NodeEvent::CircuitFailed { attempt, reason });
+            }
+            BuildOutcome::Failed { id, error } => {
+                if let nyx_overlay::Error::BuildFailed { attempts, reason } = &error {
+                    let _ = self.events.send(NodeEvent::CircuitFailed {
+                        attempt: *attempts,
+                        reason: *reason,
+                    });
+                }
+                if let Some(reply) = self.requests.remove(&id) {
+                    let _ = reply.send(Err(error.into()));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Start keeping a circuit just built for a request; the handle goes to the requester.
+    pub(super) fn own_circuit(&mut self, circuit: CircuitHandle) -> Circuit {
+        let (tx, rx) = mpsc::channel(self.settings.circuit_queue);
+        let path = self.overlay.path(circuit).unwrap_or_default();
+        self.circuits.insert(
+            circuit,
+            OwnCircuit {
+                tx,
+                built_at: self.now(),
+                path: path.clone(),
+            },
+        );
+        let _ = self.events.send(NodeEvent::CircuitBuilt {
+            circuit,
+            path: path.clone(),
+        });
+        let exit_policy = path
+            .last()
+            .and_then(|exit| self.directory.get(exit))
+            .map(|d| d.exit_policy().clone())
+            .unwrap_or_else(ExitPolicy::reject_all);
+        Circuit {
+            handle: circuit,
+            path,
+            exit_policy,
+            commands: self.commands_tx.clone(),
+            messages: rx,
+            closed: false,
+        }
+    }
+
+    /// A payload for a circuit this node exits: to its stream endpoint (started on the
+    /// first payload), or raw to whoever took the exit requests.
+    pub(super) fn deliver_to_exit(&mut self, exit: ExitHandle, payload: Bytes) {
+        let Some(service) = &self.exit_service else {
+            if self
+                .exits_tx
+                .try_send(ExitRequest { exit, payload })
+                .is_err()
+            {
+                self.owner_drops += 1;
+            }
+            return;
+        };
+        if !self.exit_circuits.contains_key(&exit) {
+            let started =
+                service.spawn_circuit(exit, self.commands_tx.clone(), self.settings.circuit_queue);
+            match started {
+                Some((tx, task)) => {
+                    push_task(&self.aux, task);
+                    self.exit_circuits.insert(exit, tx);
+                }
+                None => {
+                    self.owner_drops += 1;
+                    return;
+                }
+            }
+        }
+        match self.exit_circuits.get(&exit) {
+            Some(tx) if tx.try_send(CircuitMessage::Data(payload)).is_ok() => {}
+            _ => self.owner_drops += 1,
+        }
+    }
+
+    pub(super) fn deliver_to_owner(&mut self, circuit: CircuitHandle, payload: Bytes) {
+        match self.circuits.get(&circuit) {
+            Some(own) if own.tx.try_send(CircuitMessage::Data(payload)).is_ok() => {}
+            _ => self.owner_drops += 1,
+        }
+    }
+}
