@@ -36,6 +36,9 @@ pub enum Error {
     /// A descriptor could not be made or was refused.
     #[error(transparent)]
     Descriptor(#[from] crate::directory::DescriptorError),
+    /// A vote or consensus was refused, or no consensus could be made.
+    #[error(transparent)]
+    Consensus(#[from] crate::directory::consensus::ConsensusError),
     /// No path could be chosen.
     #[error(transparent)]
     Path(#[from] crate::path::PathError),

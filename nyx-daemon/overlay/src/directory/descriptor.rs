@@ -342,6 +342,13 @@ impl Descriptor {
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
     }
+
+    /// SHA-256 of [`as_bytes`](Self::as_bytes): how votes and the consensus name this exact
+    /// descriptor.
+    pub fn digest(&self) -> [u8; 32] {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(&self.bytes).into()
+    }
 }
 
 impl PartialEq for Descriptor {

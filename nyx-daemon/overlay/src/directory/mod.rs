@@ -3,9 +3,11 @@
 //!
 //! Sans-IO: callers pass the wall-clock time (Unix seconds) to everything that checks
 //! validity; nothing here touches the file system (the daemon reads directory files).
-//! [`testnet`] generates the keys and directory of a local test network.
+//! [`consensus`] holds the authorities' votes and the consensus clients accept; [`testnet`]
+//! generates the keys and directory of a local test network.
 
 mod codec;
+pub mod consensus;
 mod descriptor;
 mod document;
 mod error;

@@ -1,0 +1,547 @@
+//! Votes and the consensus: how directory authorities agree on the relay list, and how a
+//! client decides to trust it (docs/protocol.md, "Consensus").
+//!
+//! Each authority signs a [`Vote`] for a period: the relays it lists, with the digest of the
+//! descriptor it holds for each, flags and a weight. [`compute`] turns the votes of one
+//! period into a [`ConsensusBody`] deterministically, so every authority computes the same
+//! bytes and signs them; a [`Consensus`] is that body with the signatures. A client decodes
+//! an [`UnverifiedConsensus`] and only [`verify`](UnverifiedConsensus::verify) makes it a
+//! [`Consensus`]: valid signatures by a majority of the pinned authorities, inside its
+//! validity, not older than the one the client holds.
+//!
+//! What a minority of authorities cannot do: list a relay (a relay needs more than half of
+//! the votes), set a flag (likewise), move a relay's weight outside the range the honest
+//! votes span (the weight is the low median), or make a consensus clients accept (signatures
+//! from more than half of all pinned authorities are needed).
+
+use std::collections::BTreeMap;
+
+use nyx_core::NodeId;
+use nyx_crypto::identity::{IdentityKey, IdentityPublic, SIGNATURE_LEN};
+
+use super::DescriptorError;
+use super::codec::Reader;
+
+/// The version byte of votes and consensus bodies.
+pub const CONSENSUS_VERSION: u8 = 1;
+/// Signature context of votes.
+pub const VOTE_CONTEXT: &[u8] = b"nyx-vote-v1";
+/// Signature context of consensus bodies.
+pub const CONSENSUS_CONTEXT: &[u8] = b"nyx-consensus-v1";
+/// Most relays one vote or consensus lists.
+pub const MAX_RELAYS: usize = 1 << 16;
+/// Most signatures one consensus carries (and most authorities a client pins).
+pub const MAX_AUTHORITIES: usize = 32;
+/// How far ahead of the client's clock a consensus may start and still be accepted.
+pub const MAX_CLOCK_SKEW: u64 = super::MAX_CLOCK_SKEW;
+
+/// Bytes of one relay entry: node id, descriptor digest, flags, weight.
+const ENTRY_LEN: usize = 32 + 32 + 1 + 4;
+
+/// What the authorities say about a relay, as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Flags(u8);
+
+impl Flags {
+    /// Answered the authority's reachability test at its advertised address.
+    pub const RUNNING: Flags = Flags(1);
+    /// Up long enough to carry long-lived circuits.
+    pub const STABLE: Flags = Flags(2);
+    /// Suitable as an entry guard.
+    pub const GUARD: Flags = Flags(4);
+    /// Its exit policy allows some traffic out.
+    pub const EXIT: Flags = Flags(8);
+    const ALL: u8 = 0x0f;
+
+    /// The flags of `bits` (unknown bits are an error when decoding).
+    pub const fn from_bits(bits: u8) -> Option<Flags> {
+        if bits & !Flags::ALL == 0 {
+            Some(Flags(bits))
+        } else {
+            None
+        }
+    }
+
+    /// The bits.
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Flags {
+    type Output = Flags;
+    fn bitor(self, rhs: Flags) -> Flags {
+        Flags(self.0 | rhs.0)
+    }
+}
+
+/// One relay in a vote or a consensus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayStatus {
+    /// The relay.
+    pub node_id: NodeId,
+    /// SHA-256 of the descriptor's bytes ([`Descriptor::digest`](super::Descriptor::digest)).
+    pub digest: [u8; 32],
+    /// Its flags.
+    pub flags: Flags,
+    /// Its path-selection weight.
+    pub weight: u32,
+}
+
+/// When a consensus (or the vote for it) applies, in Unix seconds: it is the newest from
+/// `valid_after`, should be replaced after `fresh_until`, and is unusable from `valid_until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Period {
+    /// Start.
+    pub valid_after: u64,
+    /// Fetch the next one after this.
+    pub fresh_until: u64,
+    /// End (exclusive).
+    pub valid_until: u64,
+}
+
+/// The relays of one period as one authority or the consensus sees them: sorted by node id,
+/// each listed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsensusBody {
+    /// When it applies.
+    pub period: Period,
+    /// The relays, sorted by node id.
+    pub relays: Vec<RelayStatus>,
+}
+
+/// One authority's signed view of a period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vote {
+    /// The authority.
+    pub authority: NodeId,
+    /// What it lists.
+    pub body: ConsensusBody,
+}
+
+/// Why a vote or consensus was refused, or no consensus could be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConsensusError {
+    /// The bytes do not decode.
+    #[error("malformed: {0}")]
+    Decode(#[from] DescriptorError),
+    /// Times out of order (`valid_after < fresh_until <= valid_until` is required).
+    #[error("period out of order: {period:?}")]
+    BadPeriod {
+        /// The period.
+        period: Period,
+    },
+    /// Relays not sorted by node id, or one listed twice.
+    #[error("relays not sorted or listed twice (at {node_id:?})")]
+    Unsorted {
+        /// The first relay out of order.
+        node_id: NodeId,
+    },
+    /// Signed by no pinned authority, or the signature does not verify.
+    #[error("vote signature invalid or its signer {signer:?} not a known authority")]
+    BadVoteSignature {
+        /// Who it claims to be from.
+        signer: NodeId,
+    },
+    /// Not valid yet at the client's time.
+    #[error("not valid before {valid_after} (now {now})")]
+    NotYetValid {
+        /// Its start.
+        valid_after: u64,
+        /// The client's time.
+        now: u64,
+    },
+    /// Past its end.
+    #[error("expired at {valid_until} (now {now})")]
+    Expired {
+        /// Its end.
+        valid_until: u64,
+        /// The client's time.
+        now: u64,
+    },
+    /// Older than the consensus the client already holds (a rollback).
+    #[error("starts at {valid_after}, older than the consensus held (from {held})")]
+    RolledBack {
+        /// Its start.
+        valid_after: u64,
+        /// The start of the one held.
+        held: u64,
+    },
+    /// Too few valid signatures by distinct pinned authorities.
+    #[error("{valid} valid authority signatures, {needed} needed")]
+    NotEnoughSignatures {
+        /// Valid signatures by distinct pinned authorities.
+        valid: usize,
+        /// A majority of the pinned authorities.
+        needed: usize,
+    },
+    /// Too few votes for the period to make a consensus.
+    #[error("{votes} votes for the period, {needed} needed")]
+    NotEnoughVotes {
+        /// Votes for the period, one per authority.
+        votes: usize,
+        /// A majority of the authorities.
+        needed: usize,
+    },
+}
+
+/// More than half of `n`.
+pub fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+impl Period {
+    fn check(self) -> Result<Period, ConsensusError> {
+        if self.valid_after < self.fresh_until && self.fresh_until <= self.valid_until {
+            Ok(self)
+        } else {
+            Err(ConsensusError::BadPeriod { period: self })
+        }
+    }
+}
+
+impl ConsensusBody {
+    /// The canonical encoding (what authorities sign).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(29 + self.relays.len() * ENTRY_LEN);
+        out.push(CONSENSUS_VERSION);
+        for t in [
+            self.period.valid_after,
+            self.period.fresh_until,
+            self.period.valid_until,
+        ] {
+            out.extend_from_slice(&t.to_be_bytes());
+        }
+        out.extend_from_slice(&(self.relays.len() as u32).to_be_bytes());
+        for r in &self.relays {
+            out.extend_from_slice(r.node_id.as_bytes());
+            out.extend_from_slice(&r.digest);
+            out.push(r.flags.bits());
+            out.extend_from_slice(&r.weight.to_be_bytes());
+        }
+        out
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<ConsensusBody, ConsensusError> {
+        let version = r.u8("version")?;
+        if version != CONSENSUS_VERSION {
+            return Err(DescriptorError::UnsupportedVersion { version }.into());
+        }
+        let period = Period {
+            valid_after: r.u64("valid-after")?,
+            fresh_until: r.u64("fresh-until")?,
+            valid_until: r.u64("valid-until")?,
+        }
+        .check()?;
+        let count = r.u32("relay count")? as usize;
+        if count > MAX_RELAYS || count.saturating_mul(ENTRY_LEN) > r.remaining() {
+            return Err(malformed("relay count", format!("{count} relays")));
+        }
+        let mut relays: Vec<RelayStatus> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let node_id = NodeId::from_bytes(r.array("node id")?);
+            let digest = r.array("digest")?;
+            let bits = r.u8("flags")?;
+            let flags = Flags::from_bits(bits)
+                .ok_or_else(|| malformed("flags", format!("unknown bits {bits:#04x}")))?;
+            let weight = r.u32("weight")?;
+            if relays.last().is_some_and(|last| last.node_id >= node_id) {
+                return Err(ConsensusError::Unsorted { node_id });
+            }
+            relays.push(RelayStatus {
+                node_id,
+                digest,
+                flags,
+                weight,
+            });
+        }
+        Ok(ConsensusBody { period, relays })
+    }
+}
+
+fn malformed(field: &'static str, reason: impl Into<String>) -> ConsensusError {
+    DescriptorError::Malformed {
+        field,
+        reason: reason.into(),
+    }
+    .into()
+}
+
+fn end(r: &Reader<'_>) -> Result<(), ConsensusError> {
+    match r.remaining() {
+        0 => Ok(()),
+        count => Err(DescriptorError::TrailingBytes { count }.into()),
+    }
+}
+
+impl Vote {
+    /// Encode and sign with the authority's identity (which must be `self.authority`'s).
+    pub fn sign(&self, identity: &IdentityKey) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + 29 + self.body.relays.len() * ENTRY_LEN + 64);
+        out.extend_from_slice(self.authority.as_bytes());
+        out.extend_from_slice(&self.body.encode());
+        let signature = identity.sign(VOTE_CONTEXT, &out);
+        out.extend_from_slice(&signature);
+        out
+    }
+
+    /// Decode a vote and check its signature against the pinned `authorities`.
+    pub fn decode(bytes: &[u8], authorities: &[IdentityPublic]) -> Result<Vote, ConsensusError> {
+        let signed_len = bytes
+            .len()
+            .checked_sub(SIGNATURE_LEN)
+            .ok_or_else(|| malformed("vote", "shorter than a signature"))?;
+        let (signed, signature) = bytes.split_at(signed_len);
+        let mut r = Reader::new(signed);
+        let authority = NodeId::from_bytes(r.array("authority")?);
+        let body = ConsensusBody::decode(&mut r)?;
+        end(&r)?;
+        let mut sig = [0u8; SIGNATURE_LEN];
+        sig.copy_from_slice(signature);
+        let signer = authorities.iter().find(|a| a.node_id() == authority);
+        match signer {
+            Some(key) if key.verify(VOTE_CONTEXT, signed, &sig).is_ok() => {
+                Ok(Vote { authority, body })
+            }
+            _ => Err(ConsensusError::BadVoteSignature { signer: authority }),
+        }
+    }
+}
+
+/// The consensus of `votes` among `authorities` authorities, the same whatever the order of
+/// the votes: the period most authorities voted for (the later one on a tie; one vote per
+/// authority and period counts, the first), and every relay listed by more than half of
+/// those votes, with the descriptor digest most of them list (the smallest on a tie), each
+/// flag more than half of them set, and the low median of their weights.
+pub fn compute(votes: &[Vote], authorities: usize) -> Result<ConsensusBody, ConsensusError> {
+    let needed = majority(authorities);
+    let mut by_period: BTreeMap<Period, Vec<&Vote>> = BTreeMap::new();
+    for v in votes {
+        let list = by_period.entry(v.body.period).or_default();
+        if !list.iter().any(|w| w.authority == v.authority) {
+            list.push(v);
+        }
+    }
+    // Most votes; BTreeMap order makes the later period win a tie.
+    let best =
+        by_period
+            .into_iter()
+            .fold(None::<(Period, Vec<&Vote>)>, |best, (p, list)| match best {
+                Some((_, ref b)) if b.len() > list.len() => best,
+                _ => Some((p, list)),
+            });
+    let Some((period, counted)) = best else {
+        return Err(ConsensusError::NotEnoughVotes { votes: 0, needed });
+    };
+    if counted.len() < needed {
+        return Err(ConsensusError::NotEnoughVotes {
+            votes: counted.len(),
+            needed,
+        });
+    }
+    let mut by_relay: BTreeMap<NodeId, Vec<&RelayStatus>> = BTreeMap::new();
+    for v in &counted {
+        for r in &v.body.relays {
+            by_relay.entry(r.node_id).or_default().push(r);
+        }
+    }
+    let listing = majority(counted.len());
+    let relays = by_relay
+        .into_iter()
+        .filter(|(_, statuses)| statuses.len() >= listing)
+        .map(|(node_id, statuses)| agree(node_id, &statuses))
+        .collect();
+    Ok(ConsensusBody { period, relays })
+}
+
+/// What more than half of `statuses` say about one relay.
+fn agree(node_id: NodeId, statuses: &[&RelayStatus]) -> RelayStatus {
+    let mut digests: BTreeMap<[u8; 32], usize> = BTreeMap::new();
+    for s in statuses {
+        *digests.entry(s.digest).or_default() += 1;
+    }
+    // The most listed; BTreeMap order makes the smallest win a tie.
+    let digest = digests
+        .iter()
+        .fold(None::<(&[u8; 32], usize)>, |best, (d, n)| match best {
+            Some((_, m)) if m >= *n => best,
+            _ => Some((d, *n)),
+        })
+        .map(|(d, _)| *d)
+        .unwrap_or_default();
+    let half = statuses.len() / 2;
+    let mut bits = 0u8;
+    for flag in [Flags::RUNNING, Flags::STABLE, Flags::GUARD, Flags::EXIT] {
+        if statuses.iter().filter(|s| s.flags.contains(flag)).count() > half {
+            bits |= flag.bits();
+        }
+    }
+    let mut weights: Vec<u32> = statuses.iter().map(|s| s.weight).collect();
+    weights.sort_unstable();
+    let weight = weights[(weights.len() - 1) / 2];
+    RelayStatus {
+        node_id,
+        digest,
+        flags: Flags(bits),
+        weight,
+    }
+}
+
+/// A consensus as received: decoded, nothing checked but its form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnverifiedConsensus {
+    body: ConsensusBody,
+    body_bytes: Vec<u8>,
+    signatures: Vec<(NodeId, [u8; SIGNATURE_LEN])>,
+}
+
+/// A consensus a majority of the pinned authorities signed, valid when it was verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consensus {
+    inner: UnverifiedConsensus,
+}
+
+impl UnverifiedConsensus {
+    /// A consensus of `body` with the authorities' `signatures` over its encoding (from
+    /// [`sign_body`]).
+    pub fn new(body: ConsensusBody, signatures: Vec<(NodeId, [u8; SIGNATURE_LEN])>) -> Self {
+        let body_bytes = body.encode();
+        UnverifiedConsensus {
+            body,
+            body_bytes,
+            signatures,
+        }
+    }
+
+    /// Decode (form only: see [`verify`](Self::verify)).
+    pub fn decode(bytes: &[u8]) -> Result<UnverifiedConsensus, ConsensusError> {
+        let mut r = Reader::new(bytes);
+        let len = r.u32("body length")? as usize;
+        let body_bytes = r.take(len, "body")?;
+        let mut br = Reader::new(body_bytes);
+        let body = ConsensusBody::decode(&mut br)?;
+        end(&br)?;
+        let count = usize::from(r.u8("signature count")?);
+        if count > MAX_AUTHORITIES {
+            return Err(malformed("signature count", format!("{count} signatures")));
+        }
+        let mut signatures = Vec::with_capacity(count);
+        for _ in 0..count {
+            let signer = NodeId::from_bytes(r.array("signer")?);
+            signatures.push((signer, r.array("signature")?));
+        }
+        end(&r)?;
+        Ok(UnverifiedConsensus {
+            body,
+            body_bytes: body_bytes.to_vec(),
+            signatures,
+        })
+    }
+
+    /// The encoding: body length, body, signatures.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(5 + self.body_bytes.len() + self.signatures.len() * 96);
+        out.extend_from_slice(&(self.body_bytes.len() as u32).to_be_bytes());
+        out.extend_from_slice(&self.body_bytes);
+        out.push(self.signatures.len().min(MAX_AUTHORITIES) as u8);
+        for (signer, sig) in self.signatures.iter().take(MAX_AUTHORITIES) {
+            out.extend_from_slice(signer.as_bytes());
+            out.extend_from_slice(sig);
+        }
+        out
+    }
+
+    /// Accept it if valid signatures by more than half of `authorities` (distinct, pinned)
+    /// cover it, `now_unix` is inside its period (allowing [`MAX_CLOCK_SKEW`] early), and it
+    /// is not older than the one held (`held`, its `valid_after`).
+    pub fn verify(
+        self,
+        authorities: &[IdentityPublic],
+        now_unix: u64,
+        held: Option<u64>,
+    ) -> Result<Consensus, ConsensusError> {
+        let p = self.body.period;
+        if now_unix.saturating_add(MAX_CLOCK_SKEW) < p.valid_after {
+            return Err(ConsensusError::NotYetValid {
+                valid_after: p.valid_after,
+                now: now_unix,
+            });
+        }
+        if now_unix >= p.valid_until {
+            return Err(ConsensusError::Expired {
+                valid_until: p.valid_until,
+                now: now_unix,
+            });
+        }
+        if let Some(held) = held
+            && p.valid_after < held
+        {
+            return Err(ConsensusError::RolledBack {
+                valid_after: p.valid_after,
+                held,
+            });
+        }
+        let mut signed_by: Vec<NodeId> = Vec::new();
+        for (signer, sig) in &self.signatures {
+            let Some(key) = authorities.iter().find(|a| a.node_id() == *signer) else {
+                continue;
+            };
+            if !signed_by.contains(signer)
+                && key.verify(CONSENSUS_CONTEXT, &self.body_bytes, sig).is_ok()
+            {
+                signed_by.push(*signer);
+            }
+        }
+        let needed = majority(authorities.len());
+        if signed_by.len() < needed {
+            return Err(ConsensusError::NotEnoughSignatures {
+                valid: signed_by.len(),
+                needed,
+            });
+        }
+        Ok(Consensus { inner: self })
+    }
+}
+
+/// An authority's signature over `body` (its encoding, under [`CONSENSUS_CONTEXT`]).
+pub fn sign_body(body: &ConsensusBody, identity: &IdentityKey) -> (NodeId, [u8; SIGNATURE_LEN]) {
+    (
+        identity.node_id(),
+        identity.sign(CONSENSUS_CONTEXT, &body.encode()),
+    )
+}
+
+impl Consensus {
+    /// When it applies.
+    pub fn period(&self) -> Period {
+        self.inner.body.period
+    }
+
+    /// The relays, sorted by node id.
+    pub fn relays(&self) -> &[RelayStatus] {
+        &self.inner.body.relays
+    }
+
+    /// The relay `node`, if listed.
+    pub fn relay(&self, node: &NodeId) -> Option<&RelayStatus> {
+        let relays = self.relays();
+        relays
+            .binary_search_by(|r| r.node_id.cmp(node))
+            .ok()
+            .map(|i| &relays[i])
+    }
+
+    /// The encoding (to cache and serve it again).
+    pub fn encode(&self) -> Vec<u8> {
+        self.inner.encode()
+    }
+}
+
+#[cfg(test)]
+mod tests;
