@@ -4,6 +4,8 @@
 
 use proptest::prelude::*;
 
+use nyx_crypto::identity::{IdentityKey, IdentityPublic, SIGNATURE_LEN};
+
 use super::*;
 
 const T0: u64 = 1_800_000_000;
