@@ -98,8 +98,8 @@ pub(crate) enum Command {
     Shutdown(oneshot::Sender<()>),
 }
 
-/// Keeps a node running while anything the application holds can use it: the [`Node`],
-/// every [`NodeHandle`] and every client [`NyxStream`](crate::NyxStream) share one. When the
+/// Keeps a node running while the application holds the [`Node`], a [`NodeHandle`] or a
+/// client [`NyxStream`](crate::NyxStream): they share one. When the
 /// last is dropped the driver's receiver sees the sender go and the node stops.
 ///
 /// [`Node`]: crate::Node
@@ -121,7 +121,8 @@ pub struct NodeHandle {
     pub(crate) id: NodeId,
     pub(crate) commands: mpsc::Sender<Command>,
     pub(crate) streams: Arc<ClientStreams>,
-    pub(crate) events: tokio::sync::broadcast::Sender<NodeEvent>,
+    /// Only the driver holds the sender, so subscribers see the end when the node stops.
+    pub(crate) events: tokio::sync::broadcast::WeakSender<NodeEvent>,
     pub(crate) liveness: Arc<Liveness>,
 }
 
@@ -161,9 +162,13 @@ impl NodeHandle {
     }
 
     /// Events from now on (circuits built, failed and closed, peers up and down, directory
-    /// changes, errors). A subscriber more than 1024 events behind misses the oldest.
+    /// changes, errors). A subscriber more than 1024 events behind misses the oldest; every
+    /// subscriber sees `Closed` once the node has stopped.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<NodeEvent> {
-        self.events.subscribe()
+        match self.events.upgrade() {
+            Some(sender) => sender.subscribe(),
+            None => tokio::sync::broadcast::channel(1).1,
+        }
     }
 
     /// This node's built circuits (those carrying streams and those built raw), oldest first.
@@ -224,7 +229,8 @@ fn check_len(len: usize, max: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// One of this node's circuits, built.
+/// One of this node's circuits, built. It does not keep the node running: when the node
+/// stops, the circuit receives [`CircuitMessage::Destroyed`] with reason `Shutdown`.
 #[derive(Debug)]
 pub struct Circuit {
     pub(crate) handle: CircuitHandle,

@@ -22,7 +22,7 @@
 //! With the `testing` feature, the `testing` module runs a network of nodes in one process.
 //!
 //! ```no_run
-//! # async fn demo(directory: nyx_overlay::directory::Directory) -> Result<(), nyx_node::Error> {
+//! # async fn demo(directory: nyx_node::Directory) -> Result<(), nyx_node::Error> {
 //! use tokio::io::{AsyncReadExt, AsyncWriteExt};
 //!
 //! let node = nyx_node::Node::builder().directory(directory).build()?;
@@ -62,6 +62,18 @@ pub use node::Node;
 pub use nyx_stream::NyxStream;
 pub use settings::{ExitServiceKind, NodeKeys, NodeSettings};
 pub use target::IntoTarget;
+
+// What an embedder needs from the crates below, so that it depends on nyx-node alone and
+// always gets the versions nyx-node was built with.
+pub use nyx_core::NodeId;
+pub use nyx_core::config::TransportKind;
+pub use nyx_overlay::circuit::{CircuitHandle, DestroyReason};
+pub use nyx_overlay::directory::{Directory, ExitPolicy, ExitTarget};
+pub use nyx_overlay::path::ExitRequirement;
+pub use nyx_overlay::stream::ResetReason;
+/// The crates nyx-node is built on, for everything else their APIs offer (settings, keys,
+/// descriptors, counters).
+pub use {nyx_core, nyx_crypto, nyx_overlay, nyx_transport};
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -198,7 +198,8 @@ fn spawn_echo(node: &mut Node) {
 }
 
 /// An HTTP/1.0 server on 127.0.0.1 that answers `GET <path>` with the body registered for
-/// the path (404 otherwise) and closes the connection. Stops when dropped.
+/// the path (404 otherwise) and closes the connection. Dropping it stops it and every
+/// connection it is serving.
 #[derive(Debug)]
 pub struct WebServer {
     addr: SocketAddr,
@@ -217,9 +218,13 @@ impl WebServer {
         let addr = listener.local_addr()?;
         let routes = std::sync::Arc::new(routes);
         let task = tokio::spawn(async move {
+            // Connections are tasks of this set: aborting the server drops the set, which
+            // aborts them too.
+            let mut connections = tokio::task::JoinSet::new();
             while let Ok((mut conn, _)) = listener.accept().await {
+                while connections.try_join_next().is_some() {}
                 let routes = routes.clone();
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let mut head = Vec::new();
                     let mut buf = [0u8; 1024];
                     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 << 10 {

@@ -145,7 +145,63 @@ async fn a_stopped_node_answers_node_stopped() {
     .unwrap();
     let client = testnet.client().unwrap();
     let handle = client.handle();
+    let mut before = handle.subscribe();
     client.shutdown().await;
     let err = handle.stats().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NodeStopped, "{err}");
+    // Subscribers see the end instead of waiting forever, also while a handle is held.
+    let end = timeout(LONG, async {
+        loop {
+            match before.recv().await {
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) | Ok(_) => {}
+            }
+        }
+    });
+    end.await.unwrap();
+    let mut after = handle.subscribe();
+    assert!(matches!(
+        after.recv().await,
+        Err(tokio::sync::broadcast::error::RecvError::Closed)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_exit_closes_its_connections_to_targets() {
+    let mut testnet = LocalTestnet::start(LocalTestnetSpec {
+        net: 124,
+        ..LocalTestnetSpec::default()
+    })
+    .await
+    .unwrap();
+    // A target that holds each connection open until the other side closes it.
+    let target = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = target.local_addr().unwrap();
+    let (closed_tx, mut closed_rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = target.accept().await {
+            let closed = closed_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = conn.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let _ = closed.send(()).await;
+            });
+        }
+    });
+    let client = testnet.client().unwrap();
+    let mut stream = timeout(LONG, client.connect(addr)).await.unwrap().unwrap();
+    stream.write_all(b"hello").await.unwrap();
+    stream.flush().await.unwrap();
+    let exit = *stream.path().last().unwrap();
+    let i = testnet.index(&exit).unwrap();
+    let exit_node = testnet.nodes[i].take().unwrap();
+    exit_node.shutdown().await;
+    timeout(LONG, closed_rx.recv())
+        .await
+        .expect("the stopped exit's connection to the target closes")
+        .unwrap();
 }

@@ -52,6 +52,8 @@ struct Driver {
     policy: BuildPolicy,
     /// Whom to answer for each request the policy serves.
     requests: HashMap<BuildId, oneshot::Sender<Result<Circuit, Error>>>,
+    /// Shutting down: failures no longer start new attempts.
+    stopping: bool,
     links: Links,
     quic: Option<Arc<QuicEndpoint>>,
     udp: Option<mpsc::Sender<UdpCommand>>,
@@ -146,6 +148,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         directory,
         policy,
         requests: HashMap::new(),
+        stopping: false,
         links: Links::default(),
         quic,
         udp,
@@ -169,7 +172,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
             id: me,
             commands: commands_tx,
             streams,
-            events,
+            events: events.downgrade(),
             liveness,
         },
         addr,
@@ -216,10 +219,18 @@ impl Driver {
                 }
                 command = commands.recv() => {
                     self.clock.tick();
-                    let Some(command) = command else { break };
-                    if let Some(done) = self.command(command) {
-                        self.shutdown(Some(done)).await;
-                        return;
+                    match command {
+                        Some(command) => {
+                            if let Some(done) = self.command(command) {
+                                self.shutdown(Some(done)).await;
+                                return;
+                            }
+                        }
+                        // Cannot come while the driver keeps a sender; stop if it does.
+                        None => {
+                            self.shutdown(None).await;
+                            return;
+                        }
                     }
                 }
                 Some(first) = inbound.recv() => {
@@ -255,7 +266,6 @@ impl Driver {
             }
             self.flush();
         }
-        self.abort_tasks();
     }
 
     /// Carry out everything the overlay and the build policy asked for, until they ask for
@@ -281,18 +291,16 @@ impl Driver {
         }
     }
 
-    /// Stop: DESTROY every circuit, close the links, tell every circuit's owner, end every
-    /// task of the node, and answer `done` if someone waits. Requests still being built are
-    /// answered with [`Error::NodeStopped`] when their reply channels drop with `self`.
+    /// Stop: answer the requests still being built with [`Error::NodeStopped`] (no new
+    /// attempt starts), DESTROY every circuit, tell every circuit's owner and stream endpoint,
+    /// give the tasks a moment to write the DESTROYs and wake their streams, close the links,
+    /// end the node's tasks, and answer `done` if someone waits.
     async fn shutdown(mut self, done: Option<oneshot::Sender<()>>) {
+        self.stopping = true;
+        self.requests.clear();
         let now = self.now();
         self.overlay.destroy_all(DestroyReason::Shutdown, now);
         self.flush();
-        // Give the link tasks a moment to write the DESTROYs, then close.
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        if let Some(endpoint) = &self.quic {
-            endpoint.close();
-        }
         for (_, tx) in self.exit_circuits.drain() {
             let _ = tx.try_send(CircuitMessage::Destroyed {
                 reason: DestroyReason::Shutdown,
@@ -308,6 +316,10 @@ impl Driver {
                 reason: DestroyReason::Shutdown,
                 hop: None,
             });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if let Some(endpoint) = &self.quic {
+            endpoint.close();
         }
         self.abort_tasks();
         if let Some(done) = done {

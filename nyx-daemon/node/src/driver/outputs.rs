@@ -70,9 +70,20 @@ impl Driver {
     }
 
     pub(super) fn event(&mut self, event: Event) {
-        let now = self.now();
-        self.policy
-            .handle_event(&event, &mut self.overlay, &self.directory, now, unix_now());
+        // The policy's outcome for an event is acted on before the next event, so a circuit
+        // built and destroyed within one batch is registered before its end is seen.
+        let for_policy = matches!(
+            event,
+            Event::Built { .. } | Event::Failed { .. } | Event::Destroyed { .. }
+        );
+        if for_policy && !self.stopping {
+            let now = self.now();
+            self.policy
+                .handle_event(&event, &mut self.overlay, &self.directory, now, unix_now());
+            while let Some(outcome) = self.policy.poll_outcome() {
+                self.build_outcome(outcome);
+            }
+        }
         match event {
             Event::Destroyed {
                 circuit,
