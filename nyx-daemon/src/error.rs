@@ -58,6 +58,15 @@ pub enum Error {
         /// What is wrong.
         source: nyx_overlay::directory::DirectoryError,
     },
+    /// The consensus file was refused (forged, minority-signed, expired, rolled back,
+    /// malformed).
+    #[error("consensus {path}: {source}")]
+    Consensus {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        source: nyx_overlay::directory::consensus::ConsensusError,
+    },
     /// A SOCKS5 client sent something the proxy cannot accept.
     #[error("socks5: {0}")]
     Socks(#[from] crate::socks::SocksError),

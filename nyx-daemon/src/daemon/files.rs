@@ -114,10 +114,10 @@ pub fn load_or_create_keys(dir: &Path, now_unix: u64) -> Result<(NodeKeys, bool)
     ))
 }
 
-/// Write `text` to `path` atomically (temporary file, then rename).
-pub fn write_atomic(path: &Path, text: &str) -> Result<(), Error> {
+/// Write `contents` to `path` atomically (temporary file, then rename).
+pub fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), Error> {
     let tmp = path.with_extension("tmp");
-    fs::write(&tmp, text).map_err(|source| Error::File {
+    fs::write(&tmp, contents).map_err(|source| Error::File {
         what: "write",
         path: tmp.clone(),
         source,

@@ -12,6 +12,7 @@ pub mod files;
 mod run;
 mod state;
 pub mod stream_registry;
+pub mod trust;
 
 pub use config::{ConfigDiff, DaemonConfig};
 pub use run::{Daemon, READY_PREFIX, Ready};

@@ -106,8 +106,8 @@ impl Daemon {
             now,
             config.relay.descriptor_validity,
         );
-        let directory_path = data_dir.join(&config.directory.file);
-        let directory = files::read_directory(&directory_path, now)?;
+        let trusted = config.trusted(&data_dir, now, None)?;
+        let directory = trusted.directory;
         let control_path = config
             .control
             .socket
@@ -148,6 +148,7 @@ impl Daemon {
             config_path,
             config: config.clone(),
             directory: directory.clone(),
+            consensus_valid_after: trusted.consensus_valid_after,
             log_control,
             identity,
             descriptor: descriptor.clone(),

@@ -60,6 +60,8 @@ pub struct DaemonState {
     config_path: Option<PathBuf>,
     config: Mutex<DaemonConfig>,
     directory: Mutex<Directory>,
+    /// The start of the consensus in force (older ones are refused on reload).
+    consensus_valid_after: Mutex<Option<u64>>,
     log_level: Mutex<String>,
     log_control: Option<LogControl>,
     identity: Arc<IdentityKey>,
@@ -89,6 +91,8 @@ pub struct StateParts {
     pub config: DaemonConfig,
     /// The directory in use.
     pub directory: Directory,
+    /// The start of the consensus it came from, if any.
+    pub consensus_valid_after: Option<u64>,
     /// Log filter control, when the binary installed one.
     pub log_control: Option<LogControl>,
     /// The node's identity (signs republished descriptors).
@@ -110,6 +114,7 @@ impl DaemonState {
             log_level: Mutex::new(parts.config.log.level.clone()),
             config: Mutex::new(parts.config),
             directory: Mutex::new(parts.directory),
+            consensus_valid_after: Mutex::new(parts.consensus_valid_after),
             log_control: parts.log_control,
             identity: parts.identity,
             descriptor: Mutex::new(parts.descriptor),
@@ -252,11 +257,6 @@ impl DaemonState {
         let _ = rx.wait_for(|stop| *stop).await;
     }
 
-    /// The directory file of `config`, resolved against the data directory.
-    pub fn directory_path(&self, config: &DaemonConfig) -> PathBuf {
-        self.endpoints.data_dir.join(&config.directory.file)
-    }
-
     /// Re-read the configuration file and the directory, and apply what can change live:
     /// exit policy (republishing the descriptor), rate limits, log filter, directory.
     /// Keys that need a restart are reported and keep their old values. A file that does
@@ -277,7 +277,9 @@ impl DaemonState {
         let limits = new
             .live_limits()
             .map_err(|reason| nyx_overlay::Error::OverlayConfig { reason })?;
-        let directory = files::read_directory(&self.directory_path(&new), unix_now())?;
+        let held = *lock(&self.consensus_valid_after);
+        let trusted = new.trusted(&self.endpoints.data_dir, unix_now(), held)?;
+        let (directory, consensus_valid_after) = (trusted.directory, trusted.consensus_valid_after);
         if new.log.level != old.log.level
             && let Err(reason) = self.set_log_level(&new.log.level)
         {
@@ -318,6 +320,7 @@ impl DaemonState {
         *lock(&self.config) = applied;
         // Last, so that its DirectoryChanged event tells subscribers the whole reload is
         // in force.
+        *lock(&self.consensus_valid_after) = consensus_valid_after;
         *lock(&self.directory) = directory.clone();
         self.node.set_directory(directory).await?;
         tracing::info!(
@@ -339,7 +342,7 @@ impl DaemonState {
             Directory::from_descriptors(vec![descriptor]).map_err(nyx_overlay::Error::from)?;
         files::write_atomic(
             &self.endpoints.data_dir.join(files::DESCRIPTOR_FILE),
-            &directory.to_text(),
+            directory.to_text(),
         )?;
         *lock(&self.descriptor) = builder;
         Ok(())

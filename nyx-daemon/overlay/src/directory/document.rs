@@ -19,6 +19,7 @@ use base64::engine::general_purpose::STANDARD;
 use nyx_core::NodeId;
 
 use super::DescriptorError;
+use super::consensus::{Consensus, Flags};
 use super::descriptor::Descriptor;
 
 /// The header line keyword.
@@ -64,10 +65,13 @@ pub struct Rejected {
     pub reason: DescriptorError,
 }
 
-/// A set of verified descriptors, at most one per node, ordered by [`NodeId`].
+/// A set of verified descriptors, at most one per node, ordered by [`NodeId`], and, when it
+/// was made from a consensus, the weights the authorities agreed on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Directory {
     relays: BTreeMap<NodeId, Descriptor>,
+    /// Consensus weights (empty for a directory of descriptors alone).
+    weights: BTreeMap<NodeId, u32>,
 }
 
 fn clip(text: &str) -> String {
@@ -148,6 +152,46 @@ impl Directory {
         Ok(dir)
     }
 
+    /// The relays of a verified `consensus` whose descriptors are among `descriptors` (the
+    /// descriptor whose digest the consensus names; others are ignored), with the
+    /// consensus weights. Relays listed without the Running flag or with weight 0 are left
+    /// out. Also returns the relays the consensus lists whose descriptor is missing.
+    pub fn from_consensus(
+        consensus: &Consensus,
+        descriptors: impl IntoIterator<Item = Descriptor>,
+    ) -> (Directory, Vec<NodeId>) {
+        let mut dir = Directory::default();
+        for d in descriptors {
+            let Some(status) = consensus.relay(&d.node_id()) else {
+                continue;
+            };
+            if status.digest == d.digest()
+                && status.flags.contains(Flags::RUNNING)
+                && status.weight > 0
+            {
+                dir.weights.insert(status.node_id, status.weight);
+                dir.relays.insert(status.node_id, d);
+            }
+        }
+        let missing = consensus
+            .relays()
+            .iter()
+            .filter(|r| r.flags.contains(Flags::RUNNING) && r.weight > 0)
+            .map(|r| r.node_id)
+            .filter(|id| !dir.relays.contains_key(id))
+            .collect();
+        (dir, missing)
+    }
+
+    /// The path-selection weight of `d`: its consensus weight when this directory was made
+    /// from a consensus, else the bandwidth its descriptor claims.
+    pub fn weight(&self, d: &Descriptor) -> u32 {
+        self.weights
+            .get(&d.node_id())
+            .copied()
+            .unwrap_or_else(|| d.bandwidth())
+    }
+
     fn insert(&mut self, d: Descriptor) -> Result<(), DescriptorError> {
         let node_id = d.node_id();
         if self.relays.contains_key(&node_id) {
@@ -157,7 +201,8 @@ impl Directory {
         Ok(())
     }
 
-    /// The document text: the header, then one descriptor line per relay in node-id order.
+    /// The document text: the header, then one descriptor line per relay in node-id order
+    /// (descriptors only: consensus weights are not part of it).
     pub fn to_text(&self) -> String {
         let mut out = format!("{HEADER} {FORMAT_VERSION}\n");
         for d in self.relays.values() {

@@ -217,7 +217,7 @@ impl PathSelector {
             usable: reachable.len(),
         };
         if hops == 1 {
-            let exit = weighted(&exits, rng).ok_or(not_enough)?;
+            let exit = weighted(dir, &exits, rng).ok_or(not_enough)?;
             return Ok(Path {
                 hops: vec![exit.node_id()],
             });
@@ -227,12 +227,12 @@ impl PathSelector {
         self.guards.prune(now, lifetime, |id| {
             usable.iter().any(|d| d.node_id() == *id)
         });
-        while self.guards.len() < PRIMARY_GUARDS && self.sample_guard(&reachable, now, rng) {}
+        while self.guards.len() < PRIMARY_GUARDS && self.sample_guard(dir, &reachable, now, rng) {}
         let (entry, exit) = loop {
             match self.entry_and_exit(dir, &exits, rng) {
                 Some(pair) => break pair,
                 None if self.guards.len() < MAX_GUARDS
-                    && self.sample_guard(&reachable, now, rng) => {}
+                    && self.sample_guard(dir, &reachable, now, rng) => {}
                 None if self.guards.ids().any(|g| self.is_reachable(&g)) => return Err(not_enough),
                 None => return Err(PathError::NoGuard),
             }
@@ -245,7 +245,7 @@ impl PathSelector {
                 .copied()
                 .filter(|d| path.iter().all(|p| self.compatible(d, p)))
                 .collect();
-            let middle = weighted(&candidates, rng).ok_or_else(|| not_enough.clone())?;
+            let middle = weighted(dir, &candidates, rng).ok_or_else(|| not_enough.clone())?;
             path.insert(path.len() - 1, middle);
         }
         Ok(Path {
@@ -267,7 +267,7 @@ impl PathSelector {
                 .copied()
                 .filter(|e| self.compatible(e, guard))
                 .collect();
-            if let Some(exit) = weighted(&candidates, rng) {
+            if let Some(exit) = weighted(dir, &candidates, rng) {
                 return Some((guard, exit));
             }
         }
@@ -277,6 +277,7 @@ impl PathSelector {
     /// Sample one more guard from the reachable relays not already guards; false if none.
     fn sample_guard<R: Rng + ?Sized>(
         &mut self,
+        dir: &Directory,
         reachable: &[&Descriptor],
         now: u64,
         rng: &mut R,
@@ -286,7 +287,7 @@ impl PathSelector {
             .copied()
             .filter(|d| !self.guards.contains(&d.node_id()))
             .collect();
-        match weighted(&candidates, rng) {
+        match weighted(dir, &candidates, rng) {
             Some(d) => {
                 self.guards.push(d.node_id(), now);
                 true
@@ -349,18 +350,20 @@ impl PathSelector {
     }
 }
 
-/// A bandwidth-weighted random choice.
+/// A random choice weighted by [`Directory::weight`] (the consensus weight, or the bandwidth
+/// a descriptor claims when there is no consensus).
 fn weighted<'d, R: Rng + ?Sized>(
+    dir: &Directory,
     candidates: &[&'d Descriptor],
     rng: &mut R,
 ) -> Option<&'d Descriptor> {
-    let total: u64 = candidates.iter().map(|d| u64::from(d.bandwidth())).sum();
+    let total: u64 = candidates.iter().map(|d| u64::from(dir.weight(d))).sum();
     if total == 0 {
         return None;
     }
     let mut point = rng.random_range(0..total);
     for d in candidates {
-        let w = u64::from(d.bandwidth());
+        let w = u64::from(dir.weight(d));
         if point < w {
             return Some(d);
         }

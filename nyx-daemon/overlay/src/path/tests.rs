@@ -79,6 +79,84 @@ fn exits_are_weighted_by_bandwidth() {
 }
 
 #[test]
+fn a_directory_from_a_consensus_weights_by_the_consensus_not_by_the_claims() {
+    use crate::directory::consensus::{
+        ConsensusBody, Flags, Period, RelayStatus, UnverifiedConsensus, sign_body,
+    };
+    let policy = ExitPolicy::accept_all();
+    // Relay 1 claims an enormous bandwidth; the authorities gave it the smallest weight.
+    let claims = [(1, u32::MAX, 100), (2, 100, 300), (3, 100, 600)];
+    let descriptors: Vec<Descriptor> = claims
+        .iter()
+        .map(|&(seed, claim, _)| relay(seed, &format!("10.{seed}.0.1"), claim, &policy))
+        .collect();
+    let mut statuses: Vec<RelayStatus> = descriptors
+        .iter()
+        .zip(claims)
+        .map(|(d, (_, _, weight))| RelayStatus {
+            node_id: d.node_id(),
+            digest: d.digest(),
+            flags: Flags::RUNNING,
+            weight,
+        })
+        .collect();
+    // Listed, but without the Running flag: left out.
+    let down = relay(4, "10.4.0.1", 100, &policy);
+    statuses.push(RelayStatus {
+        node_id: down.node_id(),
+        digest: down.digest(),
+        flags: Flags::STABLE,
+        weight: 500,
+    });
+    // Listed, but its descriptor is not among those given: reported missing.
+    statuses.push(RelayStatus {
+        node_id: id(5),
+        digest: [5; 32],
+        flags: Flags::RUNNING,
+        weight: 500,
+    });
+    statuses.sort_by_key(|r| r.node_id);
+    let body = ConsensusBody {
+        period: Period {
+            valid_after: T0 - 10,
+            fresh_until: T0 + 3600,
+            valid_until: T0 + 7200,
+        },
+        relays: statuses,
+    };
+    let authority = IdentityKey::from_seed(&[0xaa; 32]);
+    let consensus = UnverifiedConsensus::new(body.clone(), vec![sign_body(&body, &authority)])
+        .verify(&[authority.public()], T0, None)
+        .unwrap();
+    // A descriptor the consensus does not name (another digest for relay 2, and relay 6
+    // nobody voted for) is ignored.
+    let stale = relay(2, "10.2.0.2", 100, &policy);
+    let unlisted = relay(6, "10.6.0.1", u32::MAX, &policy);
+    let given = [stale, unlisted, down]
+        .into_iter()
+        .chain(descriptors.iter().cloned());
+    let (dir, missing) = Directory::from_consensus(&consensus, given);
+    assert_eq!(missing, [id(5)]);
+    assert_eq!(dir.len(), 3);
+    assert_eq!(dir.get(&id(2)), descriptors.get(1));
+    assert!(!dir.contains(&id(4)) && !dir.contains(&id(6)));
+
+    let mut sel = selector(1);
+    let mut rng = StdRng::seed_from_u64(1);
+    let mut counts = BTreeMap::new();
+    for _ in 0..5000 {
+        let path = sel
+            .select(&dir, &ExitRequirement::Any, T0, &mut rng)
+            .unwrap();
+        *counts.entry(path.exit().unwrap()).or_insert(0u32) += 1;
+    }
+    for (seed, share) in [(1, 0.1), (2, 0.3), (3, 0.6)] {
+        let got = f64::from(counts[&id(seed)]) / 5000.0;
+        assert!((got - share).abs() < 0.03, "relay {seed}: {got} vs {share}");
+    }
+}
+
+#[test]
 fn the_exit_policy_is_respected_and_the_local_node_never_chosen() {
     let only_web: ExitPolicy = "accept *:443, reject *:*".parse().unwrap();
     let mut relays: Vec<_> = (1..=5)

@@ -3,8 +3,11 @@
 //! 1. Each daemon gets a data directory and a config: node `i` listens on `127.0.0.i`
 //!    (a free port), relays and exits to loopback only; node 1 also runs the SOCKS5 entry.
 //! 2. Each daemon starts, creates its keys and publishes its descriptor in its data dir.
-//! 3. The descriptors are joined into one directory file; each daemon reloads it (through
-//!    its control socket).
+//! 3. The descriptors are joined into one directory file, and a consensus of them signed by
+//!    three authority keys this process makes at start (every daemon pins them: it trusts no
+//!    relay the consensus does not list); each daemon reloads both (through its control
+//!    socket). The authorities' votes and consensus are computed here, as they would be by
+//!    authorities exchanging votes, because the daemon has no authority mode yet (issue 19).
 //! 4. Node 1 builds circuits until one succeeds; then the addresses and example commands
 //!    are printed, and a small web server on loopback gives something to fetch.
 //! 5. Ctrl-C (or SIGTERM) shuts every daemon down through its control socket.
@@ -14,9 +17,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use nyx_crypto::identity::IdentityKey;
 use nyx_daemon::control::pb;
 use nyx_daemon::daemon::{READY_PREFIX, Ready, files};
 use nyx_overlay::directory::Directory;
+use nyx_overlay::directory::consensus::{
+    ConsensusBody, Period, UnverifiedConsensus, Vote, compute, sign_body, vote_status,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
@@ -93,10 +100,19 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
         args.nodes,
         dir.display()
     );
+    let authorities = (0..AUTHORITIES)
+        .map(|_| IdentityKey::generate())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Failure::Call(format!("authority keys: {e}")))?;
+    let pinned: Vec<String> = authorities
+        .iter()
+        .map(|a| hex(&a.public().to_bytes()))
+        .collect();
     let mut members: Vec<Member> = Vec::new();
     let result = async {
         for i in 1..=args.nodes {
-            let member = start_member(&dir, i, &transport, socks_port, &args.log_level).await?;
+            let member =
+                start_member(&dir, i, &transport, socks_port, &args.log_level, &pinned).await?;
             eprintln!(
                 "  [{i}/{}] {} up: node {} on {}",
                 args.nodes,
@@ -107,7 +123,11 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
             members.push(member);
         }
         let directory = join_directory(&dir, &members)?;
-        eprintln!("  directory: {} relays; loading it", directory.len());
+        sign_consensus(&dir, &directory, &authorities)?;
+        eprintln!(
+            "  directory: {} relays, in a consensus signed by {AUTHORITIES} authorities; loading it",
+            directory.len()
+        );
         for m in &members {
             let mut c = client(&m.ready).await?;
             c.reload_config(pb::ReloadConfigRequest {}).await?;
@@ -178,6 +198,7 @@ async fn start_member(
     transport: &str,
     socks_port: u16,
     log_level: &str,
+    authorities: &[String],
 ) -> Result<Member, Failure> {
     let name = format!("node{i}");
     let data = dir.join(&name);
@@ -194,12 +215,19 @@ async fn start_member(
          data_dir = \"{data}\"\n\
          nickname = \"{name}\"\n\
          [socks]\n{socks}\
-         [directory]\nfile = \"{directory}\"\n\
+         [directory]\nfile = \"{directory}\"\nconsensus = \"{consensus}\"\n\
+         authorities = [{authorities}]\n\
          [relay]\nexit_policy = [\"accept 127.0.0.0/8:*\", \"accept [::1]:*\", \"reject *:*\"]\n\
          [limits]\nhandshakes_per_prefix = {{ per_second = 1000.0, burst = 1000 }}\n\
          [log]\nlevel = \"{log_level}\"\n",
         data = data.display(),
         directory = dir.join("directory.txt").display(),
+        consensus = dir.join(CONSENSUS_FILE).display(),
+        authorities = authorities
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     let config_path = data.join("nyx.toml");
     std::fs::write(&config_path, config)
@@ -244,6 +272,55 @@ async fn start_member(
     }
 }
 
+/// Authorities whose keys every member pins.
+const AUTHORITIES: usize = 3;
+/// The consensus file, beside the directory file.
+const CONSENSUS_FILE: &str = "consensus.bin";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Each authority votes for every relay of `directory` (as `vote_status` says), the votes
+/// are combined, every authority signs the result, and it is written beside the directory.
+/// The period starts a minute ago (for clocks a little behind) and lasts as long as the
+/// descriptors do.
+fn sign_consensus(
+    dir: &Path,
+    directory: &Directory,
+    authorities: &[IdentityKey],
+) -> Result<(), Failure> {
+    let now = nyx_node::unix_now();
+    let valid_until = directory
+        .iter()
+        .map(|d| d.valid_until())
+        .min()
+        .unwrap_or(now + 3600);
+    let period = Period {
+        valid_after: now.saturating_sub(60),
+        fresh_until: now + 3600,
+        valid_until: valid_until.max(now + 3600),
+    };
+    let relays: Vec<_> = directory.iter().map(vote_status).collect();
+    let votes: Vec<Vote> = authorities
+        .iter()
+        .map(|a| Vote {
+            authority: a.node_id(),
+            body: ConsensusBody {
+                period,
+                relays: relays.clone(),
+            },
+        })
+        .collect();
+    let body = compute(&votes, authorities.len()).map_err(|e| Failure::Call(e.to_string()))?;
+    let signatures = authorities.iter().map(|a| sign_body(&body, a)).collect();
+    files::write_atomic(
+        &dir.join(CONSENSUS_FILE),
+        UnverifiedConsensus::new(body, signatures).encode(),
+    )
+    .map_err(|e| Failure::Call(e.to_string()))
+}
+
 /// Join every member's published descriptor into the testnet's directory file.
 fn join_directory(dir: &Path, members: &[Member]) -> Result<Directory, Failure> {
     let now = nyx_node::unix_now();
@@ -258,7 +335,7 @@ fn join_directory(dir: &Path, members: &[Member]) -> Result<Directory, Failure> 
     }
     let directory =
         Directory::from_descriptors(descriptors).map_err(|e| Failure::Call(e.to_string()))?;
-    files::write_atomic(&dir.join("directory.txt"), &directory.to_text())
+    files::write_atomic(&dir.join("directory.txt"), directory.to_text())
         .map_err(|e| Failure::Call(e.to_string()))?;
     Ok(directory)
 }

@@ -86,12 +86,21 @@ pub struct DirectorySection {
     /// inside `data_dir`. Re-read on reload. A missing file means no relays yet (the node
     /// still relays for others). Default `directory.txt`.
     pub file: PathBuf,
+    /// The directory authorities' identity keys (64 hex digits each). When set, only the
+    /// relays of a consensus signed by more than half of them are used, with the
+    /// descriptors `file` holds; `file` alone is never trusted. Default: none.
+    pub authorities: Vec<String>,
+    /// The consensus (relative paths are inside `data_dir`); re-read on reload, refused when
+    /// older than the one in force. Used only with `authorities`. Default `consensus.bin`.
+    pub consensus: PathBuf,
 }
 
 impl Default for DirectorySection {
     fn default() -> Self {
         DirectorySection {
             file: PathBuf::from("directory.txt"),
+            authorities: Vec::new(),
+            consensus: PathBuf::from("consensus.bin"),
         }
     }
 }
@@ -216,6 +225,12 @@ impl DaemonConfig {
         if self.directory.file.as_os_str().is_empty() {
             add("directory.file", "must not be empty".to_owned());
         }
+        if let Err(reason) = crate::daemon::trust::parse_authorities(&self.directory.authorities) {
+            add("directory.authorities", reason);
+        }
+        if self.directory.consensus.as_os_str().is_empty() {
+            add("directory.consensus", "must not be empty".to_owned());
+        }
         if let Err(e) = self.exit_policy() {
             add("relay.exit_policy", e.to_string());
         }
@@ -251,6 +266,31 @@ impl DaemonConfig {
             path: origin.to_owned(),
             problems: nyx_core::config::ConfigProblems::from_vec(problems),
         })
+    }
+
+    /// The relays to trust under this configuration (see [`crate::daemon::trust`]), files
+    /// resolved against `data_dir`; `held` is the start of the consensus in force, if any.
+    pub fn trusted(
+        &self,
+        data_dir: &Path,
+        now_unix: u64,
+        held: Option<u64>,
+    ) -> Result<crate::daemon::trust::Trusted, Error> {
+        let authorities = crate::daemon::trust::parse_authorities(&self.directory.authorities)
+            .map_err(|reason| Error::ConfigInvalid {
+                path: PathBuf::new(),
+                problems: nyx_core::config::ConfigProblems::from_vec(vec![ConfigProblem {
+                    field: "directory.authorities".to_owned(),
+                    reason,
+                }]),
+            })?;
+        crate::daemon::trust::load(
+            &data_dir.join(&self.directory.file),
+            &data_dir.join(&self.directory.consensus),
+            &authorities,
+            now_unix,
+            held,
+        )
     }
 
     /// The exit policy of `[relay]`.
@@ -318,8 +358,10 @@ impl DaemonConfig {
 /// The keys a running daemon applies on reload (SIGHUP or the control API): the directory
 /// file is re-read, the exit policy and descriptor republished, the overlay's limits and the
 /// log filter changed in place. Every other key takes effect after a restart.
-pub const LIVE_KEYS: [&str; 10] = [
+pub const LIVE_KEYS: [&str; 12] = [
     "directory.file",
+    "directory.authorities",
+    "directory.consensus",
     "relay.exit_policy",
     "relay.bandwidth",
     "relay.descriptor_validity",

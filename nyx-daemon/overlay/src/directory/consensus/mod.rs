@@ -23,7 +23,7 @@ mod signed;
 
 pub use signed::{Consensus, UnverifiedConsensus, sign_body};
 
-use super::DescriptorError;
+use super::{Descriptor, DescriptorError};
 
 /// The version byte of votes and consensus bodies.
 pub const CONSENSUS_VERSION: u8 = 1;
@@ -192,6 +192,27 @@ pub enum ConsensusError {
         /// A majority of the authorities.
         needed: usize,
     },
+}
+
+/// Until relays' bandwidth is measured, the most weight an authority gives a relay: the
+/// bandwidth a relay claims by default (1000 KB/s), so that a larger claim buys nothing.
+pub const UNMEASURED_WEIGHT_CAP: u32 = 1000;
+
+/// What an authority votes for a relay whose descriptor it holds (and which it found
+/// reachable): Running; Exit if its exit policy lets anything out; its claimed bandwidth
+/// capped at [`UNMEASURED_WEIGHT_CAP`]. Stable and Guard need measured uptime, which
+/// authorities do not keep yet, so they are never set.
+pub fn vote_status(descriptor: &Descriptor) -> RelayStatus {
+    let mut flags = Flags::RUNNING;
+    if !descriptor.exit_policy().is_reject_all() {
+        flags = flags | Flags::EXIT;
+    }
+    RelayStatus {
+        node_id: descriptor.node_id(),
+        digest: descriptor.digest(),
+        flags,
+        weight: descriptor.bandwidth().min(UNMEASURED_WEIGHT_CAP),
+    }
 }
 
 /// More than half of `n`.
