@@ -54,6 +54,23 @@ fn selector(hops: usize) -> PathSelector {
     PathSelector::new(NodeId::from_bytes([0; 32]), TransportKind::Quic, config)
 }
 
+/// Over 5000 paths, relay `seed` is the exit in `share` of them (± 0.03).
+fn assert_exit_shares(dir: &Directory, shares: &[(u8, f64)]) {
+    let mut sel = selector(1);
+    let mut rng = StdRng::seed_from_u64(1);
+    let mut counts = BTreeMap::new();
+    for _ in 0..5000 {
+        let path = sel
+            .select(dir, &ExitRequirement::Any, T0, &mut rng)
+            .unwrap();
+        *counts.entry(path.exit().unwrap()).or_insert(0u32) += 1;
+    }
+    for &(seed, share) in shares {
+        let got = f64::from(counts[&id(seed)]) / 5000.0;
+        assert!((got - share).abs() < 0.03, "relay {seed}: {got} vs {share}");
+    }
+}
+
 #[test]
 fn exits_are_weighted_by_bandwidth() {
     let policy = ExitPolicy::accept_all();
@@ -63,19 +80,7 @@ fn exits_are_weighted_by_bandwidth() {
         relay(3, "10.3.0.1", 600, &policy),
     ])
     .unwrap();
-    let mut sel = selector(1);
-    let mut rng = StdRng::seed_from_u64(1);
-    let mut counts = BTreeMap::new();
-    for _ in 0..5000 {
-        let path = sel
-            .select(&dir, &ExitRequirement::Any, T0, &mut rng)
-            .unwrap();
-        *counts.entry(path.exit().unwrap()).or_insert(0u32) += 1;
-    }
-    for (seed, share) in [(1, 0.1), (2, 0.3), (3, 0.6)] {
-        let got = f64::from(counts[&id(seed)]) / 5000.0;
-        assert!((got - share).abs() < 0.03, "relay {seed}: {got} vs {share}");
-    }
+    assert_exit_shares(&dir, &[(1, 0.1), (2, 0.3), (3, 0.6)]);
 }
 
 #[test]
@@ -141,19 +146,7 @@ fn a_directory_from_a_consensus_weights_by_the_consensus_not_by_the_claims() {
     assert_eq!(dir.get(&id(2)), descriptors.get(1));
     assert!(!dir.contains(&id(4)) && !dir.contains(&id(6)));
 
-    let mut sel = selector(1);
-    let mut rng = StdRng::seed_from_u64(1);
-    let mut counts = BTreeMap::new();
-    for _ in 0..5000 {
-        let path = sel
-            .select(&dir, &ExitRequirement::Any, T0, &mut rng)
-            .unwrap();
-        *counts.entry(path.exit().unwrap()).or_insert(0u32) += 1;
-    }
-    for (seed, share) in [(1, 0.1), (2, 0.3), (3, 0.6)] {
-        let got = f64::from(counts[&id(seed)]) / 5000.0;
-        assert!((got - share).abs() < 0.03, "relay {seed}: {got} vs {share}");
-    }
+    assert_exit_shares(&dir, &[(1, 0.1), (2, 0.3), (3, 0.6)]);
 }
 
 #[test]

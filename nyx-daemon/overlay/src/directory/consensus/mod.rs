@@ -290,7 +290,11 @@ fn agree(node_id: NodeId, statuses: &[&RelayStatus]) -> RelayStatus {
     }
     let mut weights: Vec<u32> = statuses.iter().map(|s| s.weight).collect();
     weights.sort_unstable();
-    let weight = weights[(weights.len() - 1) / 2];
+    // `statuses` is never empty (a relay is agreed on only when a majority lists it).
+    let weight = weights
+        .get(weights.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0);
     RelayStatus {
         node_id,
         digest,
