@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use nyx_core::NodeId;
+use nyx_crypto::onion_cert::OnionKeyCert;
 
 use nyx_overlay::circuit::{CircuitHandle, DestroyReason};
 
@@ -52,6 +53,13 @@ pub enum NodeEvent {
     DirectoryChanged {
         /// Relays it lists.
         relays: usize,
+    },
+    /// The node's onion keys rotated: a new key was created or an expired one erased. The
+    /// descriptor published for this node must carry these certificates from now on
+    /// (a daemon republishes it).
+    OnionKeysRotated {
+        /// The certificates of the keys the node answers CREATEs with now.
+        certs: Vec<OnionKeyCert>,
     },
     /// Something went wrong that is not tied to one circuit (a transport stopped, a
     /// configuration change failed).

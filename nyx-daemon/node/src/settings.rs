@@ -39,11 +39,17 @@ impl std::fmt::Debug for NodeKeys {
 }
 
 impl NodeKeys {
-    /// Fresh keys, with onion keys certified from `now_unix`.
+    /// Fresh keys, with onion keys certified from `now_unix` and rotated daily
+    /// ([`RotationPolicy::default`]).
     pub fn generate(now_unix: u64) -> Result<Self, Error> {
+        Self::generate_rotating(now_unix, RotationPolicy::default())
+    }
+
+    /// Fresh keys whose onion keys rotate by `policy` (the running node rotates them).
+    pub fn generate_rotating(now_unix: u64, policy: RotationPolicy) -> Result<Self, Error> {
         let identity = IdentityKey::generate()?;
         let link_key = LinkKey::new(HybridSecretKey::generate()?);
-        let mut onion_keys = OnionKeyRing::new(RotationPolicy::default())?;
+        let mut onion_keys = OnionKeyRing::new(policy)?;
         onion_keys.rotate(&identity, now_unix)?;
         Ok(NodeKeys {
             identity: Arc::new(identity),

@@ -29,8 +29,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::NodeEvent;
 use crate::handle::Command;
 use crate::{BoundNode, Error, ExitServiceKind, Node, NodeKeys, NodeSettings, unix_now};
+use nyx_crypto::identity::IdentityKey;
+use nyx_crypto::onion_keys::RotationPolicy;
+use nyx_overlay::directory::{Descriptor, DescriptorBuilder};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, mpsc};
 
 /// The settings of every node of a local testnet, and of clients that use one: link probes
 /// every 500 ms and links declared dead after 3 s (so tests that stop a relay see it within
@@ -67,6 +73,8 @@ pub struct LocalTestnetSpec {
     /// Answer every payload an exit receives with the same payload instead of running
     /// streams (cell-level tests). Default false.
     pub echo: bool,
+    /// How the nodes' onion keys rotate. Default [`RotationPolicy::default`] (daily).
+    pub rotation: RotationPolicy,
 }
 
 impl Default for LocalTestnetSpec {
@@ -78,11 +86,16 @@ impl Default for LocalTestnetSpec {
             settings: node_settings(),
             exit_policy: ExitPolicy::loopback_only(),
             echo: false,
+            rotation: RotationPolicy::default(),
         }
     }
 }
 
 /// A running local network. Dropping it stops every node still in it.
+///
+/// It also plays the directory's part: when a node's onion keys rotate, its descriptor is
+/// signed again with the new certificates and every node of the network (and every client
+/// made by [`client`](Self::client)) gets the new directory.
 #[derive(Debug)]
 pub struct LocalTestnet {
     /// The nodes (`None` once taken out by the caller, to stop or kill one).
@@ -91,19 +104,36 @@ pub struct LocalTestnet {
     pub ids: Vec<NodeId>,
     /// Their addresses.
     pub addrs: Vec<SocketAddr>,
-    /// The directory they all use.
+    /// The directory they all used at start ([`directory_now`](Self::directory_now) after
+    /// rotations).
     pub directory: Directory,
     /// The spec it was started with.
     pub spec: LocalTestnetSpec,
+    keeper: Arc<Mutex<Keeper>>,
 }
+
+/// What the testnet keeps to sign descriptors again and hand out directories.
+#[derive(Debug)]
+struct Keeper {
+    builders: Vec<DescriptorBuilder>,
+    identities: Vec<Arc<IdentityKey>>,
+    directory: Directory,
+    /// The command queues of every node and client to give new directories to.
+    members: Vec<mpsc::Sender<Command>>,
+}
+
+/// How long a testnet's descriptors are valid.
+const VALIDITY: Duration = Duration::from_secs(24 * 3600);
 
 impl LocalTestnet {
     /// Bind every node, sign the descriptors, and start them (needs a tokio runtime).
     pub async fn start(spec: LocalTestnetSpec) -> Result<Self, Error> {
         let now = unix_now();
         let mut bound = Vec::new();
+        let mut identities = Vec::new();
         for i in 1..=spec.nodes {
-            let keys = NodeKeys::generate(now)?;
+            let keys = NodeKeys::generate_rotating(now, spec.rotation)?;
+            identities.push(keys.identity.clone());
             let mut settings = NodeSettings {
                 transport: spec.transport,
                 listen: SocketAddr::from((Ipv4Addr::new(127, 0, spec.net, i), 0)),
@@ -124,9 +154,12 @@ impl LocalTestnet {
             bound.push(BoundNode::bind(keys, settings)?);
         }
         let mut descriptors = Vec::new();
+        let mut builders = Vec::new();
         for (i, b) in bound.iter().enumerate() {
-            let validity = Duration::from_secs(24 * 3600);
-            descriptors.push(b.descriptor(&format!("node{i}"), 100, now, validity)?);
+            let builder = b.descriptor_builder(&format!("node{i}"), 100, now, VALIDITY);
+            let signed = builder.clone().sign(&identities[i]);
+            descriptors.push(signed.map_err(nyx_overlay::Error::from)?);
+            builders.push(builder);
         }
         let directory =
             Directory::from_descriptors(descriptors).map_err(nyx_overlay::Error::from)?;
@@ -140,23 +173,46 @@ impl LocalTestnet {
             }
             nodes.push(Some(node));
         }
+        let keeper = Arc::new(Mutex::new(Keeper {
+            builders,
+            identities,
+            directory: directory.clone(),
+            members: nodes
+                .iter()
+                .flatten()
+                .map(|n| n.handle.commands.clone())
+                .collect(),
+        }));
+        for (i, node) in nodes.iter().flatten().enumerate() {
+            spawn_rotation_watch(i, node, keeper.clone());
+        }
         Ok(LocalTestnet {
             nodes,
             ids,
             addrs,
             directory,
             spec,
+            keeper,
         })
     }
 
     /// A client node that builds circuits through this network: the testnet's settings and
     /// transport, listening on 127.0.0.1.
     pub fn client(&self) -> Result<Node, Error> {
-        Node::builder()
+        let node = Node::builder()
             .settings(self.spec.settings.clone())
             .transport(self.spec.transport)
-            .directory(self.directory.clone())
-            .build()
+            .directory(self.directory_now())
+            .build()?;
+        lock(&self.keeper)
+            .members
+            .push(node.handle.commands.clone());
+        Ok(node)
+    }
+
+    /// The directory as it is now (with every rotated descriptor).
+    pub fn directory_now(&self) -> Directory {
+        lock(&self.keeper).directory.clone()
     }
 
     /// Node `i`, if still running.
@@ -175,6 +231,57 @@ impl LocalTestnet {
             node.shutdown().await;
         }
     }
+}
+
+fn lock(keeper: &Mutex<Keeper>) -> std::sync::MutexGuard<'_, Keeper> {
+    keeper
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Follow node `i`'s rotations: sign its descriptor again with the new certificates and
+/// give every member the new directory. The task holds a subscription and command queues,
+/// not a handle, so the nodes still stop when they are dropped.
+fn spawn_rotation_watch(i: usize, node: &Node, keeper: Arc<Mutex<Keeper>>) {
+    let mut events = node.handle.subscribe();
+    tokio::spawn(async move {
+        loop {
+            let certs = match events.recv().await {
+                Ok(NodeEvent::OnionKeysRotated { certs }) => certs,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            let (directory, members) = {
+                let mut k = lock(&keeper);
+                let now = unix_now();
+                let builder = &mut k.builders[i];
+                builder.onion_certs = certs;
+                builder.published = now;
+                builder.valid_until = now + VALIDITY.as_secs();
+                let signed = builder.clone().sign(&k.identities[i]);
+                let Ok(descriptor) = signed else {
+                    tracing::warn!(node = i, "testnet: a rotated descriptor did not sign");
+                    continue;
+                };
+                let mut all: Vec<Descriptor> = k
+                    .directory
+                    .iter()
+                    .filter(|d| d.node_id() != descriptor.node_id())
+                    .cloned()
+                    .collect();
+                all.push(descriptor);
+                let Ok(directory) = Directory::from_descriptors(all) else {
+                    continue;
+                };
+                k.directory = directory.clone();
+                k.members.retain(|m| !m.is_closed());
+                (directory, k.members.clone())
+            };
+            for m in members {
+                let _ = m.send(Command::SetDirectory(directory.clone())).await;
+            }
+        }
+    });
 }
 
 /// Answer every payload the node receives as an exit with the same payload. The task holds

@@ -52,9 +52,9 @@ async fn testnet(transport: TransportKind, net: u8, n: u8, tap: Option<WireTap>)
         nodes: n,
         net,
         transport,
-        exit_policy: nyx_overlay::directory::ExitPolicy::loopback_only(),
         settings: settings(tap),
         echo: true,
+        ..LocalTestnetSpec::default()
     };
     let inner = LocalTestnet::start(spec).await.unwrap();
     Testnet {

@@ -180,6 +180,10 @@ impl Daemon {
                     .await;
             }));
         }
+        tasks.push(spawn_descriptor_keeper(
+            state.clone(),
+            node.handle().subscribe(),
+        ));
         let stop = state.clone();
         let control_state = state.clone();
         tasks.push(tokio::spawn(async move {
@@ -283,4 +287,34 @@ async fn bind_tcp(what: &'static str, addr: std::net::SocketAddr) -> Result<TcpL
     TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Listen { what, addr, source })
+}
+
+/// Keep the published descriptor current while the daemon runs: publish it again when the
+/// onion keys rotate (with the new certificates) and halfway through its validity, so it
+/// never expires on a running relay.
+fn spawn_descriptor_keeper(
+    state: Arc<DaemonState>,
+    mut events: tokio::sync::broadcast::Receiver<nyx_node::NodeEvent>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let half_validity = || state.config().relay.descriptor_validity / 2;
+        let mut renew_at = tokio::time::Instant::now() + half_validity();
+        loop {
+            let certs = tokio::select! {
+                () = state.shutdown_requested() => return,
+                () = tokio::time::sleep_until(renew_at) => None,
+                event = events.recv() => match event {
+                    Ok(nyx_node::NodeEvent::OnionKeysRotated { certs }) => Some(certs),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            let rotated = certs.is_some();
+            match state.renew_descriptor(certs) {
+                Ok(()) => tracing::info!(rotated, "descriptor published again"),
+                Err(e) => tracing::warn!(error = %e, "descriptor could not be published again"),
+            }
+            renew_at = tokio::time::Instant::now() + half_validity();
+        }
+    })
 }

@@ -332,6 +332,22 @@ impl DaemonState {
         Ok(ReloadOutcome { diff, relays })
     }
 
+    /// Publish the descriptor again with a fresh validity, and with `certs` when the onion
+    /// keys rotated (the node reports them in `NodeEvent::OnionKeysRotated`).
+    pub fn renew_descriptor(
+        &self,
+        certs: Option<Vec<nyx_crypto::onion_cert::OnionKeyCert>>,
+    ) -> Result<(), Error> {
+        let mut builder = lock(&self.descriptor).clone();
+        if let Some(certs) = certs {
+            builder.onion_certs = certs;
+        }
+        let now = unix_now();
+        builder.published = now;
+        builder.valid_until = now + self.config().relay.descriptor_validity.as_secs();
+        self.publish(builder)
+    }
+
     /// Sign `builder` and write it as the node's published descriptor.
     pub fn publish(&self, builder: DescriptorBuilder) -> Result<(), Error> {
         let descriptor = builder

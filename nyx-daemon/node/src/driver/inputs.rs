@@ -9,13 +9,37 @@ use nyx_transport::link::{Inbound, Message, UdpLink};
 use nyx_transport::udp::UdpEvent;
 use tokio::sync::oneshot;
 
-use super::{Driver, depth, push_task};
+use super::{Driver, depth, push_task, rotation_deadline};
 use crate::events::{CircuitInfo, NodeEvent, PeerInfo};
 use crate::handle::Command;
 use crate::links::{LinkEvent, LinkRef, spawn_quic_driver};
 use crate::{Error, NodeStats, unix_now};
+use tokio::time::Instant;
 
 impl Driver {
+    /// Rotate the onion keys when due (a new key ahead of the current one's end, the
+    /// expired one erased) and report new certificates, so the descriptor can follow.
+    pub(super) fn rotate_onion_keys(&mut self) {
+        let identity = self.identity.clone();
+        match self.overlay.onion_keys_mut().rotate(&identity, unix_now()) {
+            Ok(rotation) => {
+                if rotation.changed() {
+                    let certs = self.overlay.onion_keys().certs().to_vec();
+                    tracing::info!(keys = certs.len(), "onion keys rotated");
+                    let _ = self.events.send(NodeEvent::OnionKeysRotated { certs });
+                }
+                self.rotate_at = rotation_deadline(self.overlay.onion_keys().next_rotation());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "onion key rotation failed; retrying in a minute");
+                let _ = self.events.send(NodeEvent::Error {
+                    message: format!("onion key rotation failed: {e}"),
+                });
+                self.rotate_at = Instant::now() + std::time::Duration::from_secs(60);
+            }
+        }
+    }
+
     pub(super) fn inbound(&mut self, inbound: Inbound) {
         let now = self.now();
         match inbound.message {

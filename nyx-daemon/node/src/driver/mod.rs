@@ -27,7 +27,10 @@ use crate::events::{EVENT_BUFFER, NodeEvent};
 use crate::exit::ExitService;
 use crate::handle::{Command, Liveness};
 use crate::links::{LinkEvent, Links, spawn_quic_acceptor};
-use crate::{Circuit, CircuitMessage, Error, ExitRequest, ExitServiceKind, Node, NodeHandle};
+use crate::{
+    Circuit, CircuitMessage, Error, ExitRequest, ExitServiceKind, Node, NodeHandle, unix_now,
+};
+use nyx_crypto::identity::IdentityKey;
 
 /// Queue sizes between the tasks.
 const COMMANDS: usize = 1024;
@@ -46,6 +49,10 @@ struct OwnCircuit {
 
 struct Driver {
     overlay: Overlay,
+    /// Signs the onion keys it rotates.
+    identity: Arc<IdentityKey>,
+    /// When the onion keys next need rotating.
+    rotate_at: Instant,
     clock: CoarseClock,
     directory: Directory,
     /// Paths, attempts and blame for this node's circuit requests.
@@ -142,8 +149,11 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     });
     let streams = ClientStreams::new(settings.streams.clone(), settings.stream_open_timeout);
     let (liveness, alive) = Liveness::new();
+    let rotate_at = rotation_deadline(overlay.onion_keys().next_rotation());
     let driver = Driver {
         overlay,
+        identity,
+        rotate_at,
         clock,
         directory,
         policy,
@@ -263,6 +273,10 @@ impl Driver {
                     let now = self.clock.tick();
                     self.overlay.handle_timeout(now);
                 }
+                () = tokio::time::sleep_until(self.rotate_at) => {
+                    self.clock.tick();
+                    self.rotate_onion_keys();
+                }
             }
             self.flush();
         }
@@ -335,6 +349,13 @@ impl Driver {
             }
         }
     }
+}
+
+/// The timer for an onion-key rotation due at `at` (Unix seconds); none due: an hour from
+/// now, to look again.
+fn rotation_deadline(at: Option<u64>) -> Instant {
+    let wait = at.map_or(3600, |at| at.saturating_sub(unix_now()));
+    Instant::now() + std::time::Duration::from_secs(wait)
 }
 
 /// Messages waiting in a channel now.

@@ -379,7 +379,12 @@ impl Overlay {
         self.me
     }
 
-    /// The onion keys CREATEs are answered with (rotate them here).
+    /// The onion keys CREATEs are answered with.
+    pub fn onion_keys(&self) -> &OnionKeyRing {
+        &self.onion_keys
+    }
+
+    /// The onion keys, to rotate them.
     pub fn onion_keys_mut(&mut self) -> &mut OnionKeyRing {
         &mut self.onion_keys
     }

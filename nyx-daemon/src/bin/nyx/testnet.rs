@@ -168,7 +168,39 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
     } else {
         print_banner(&members, &circuit, http, &dir);
     }
-    stop.wait().await;
+    // Until stopped, act as the authorities would: when a daemon publishes a new descriptor
+    // (its onion keys rotated, or it renewed it), or the consensus is due for replacement,
+    // sign a new consensus and have every daemon load it.
+    let refresh = async {
+        let mut directory_text = std::fs::read_to_string(dir.join("directory.txt")).ok();
+        let mut signed_at = Instant::now();
+        loop {
+            tokio::time::sleep(REFRESH).await;
+            let Ok(directory) = join_directory(&dir, &members) else {
+                continue;
+            };
+            let text = directory.to_text();
+            let due = signed_at.elapsed() >= CONSENSUS_LIFETIME / 2;
+            if directory_text.as_deref() == Some(text.as_str()) && !due {
+                continue;
+            }
+            if let Err(e) = sign_consensus(&dir, &directory, &authorities) {
+                eprintln!("nyx testnet: cannot sign a new consensus: {e:?}");
+                continue;
+            }
+            directory_text = Some(text);
+            signed_at = Instant::now();
+            for m in &members {
+                if let Ok(mut c) = client(&m.ready).await {
+                    let _ = c.reload_config(pb::ReloadConfigRequest {}).await;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = stop.wait() => {}
+        () = refresh => {}
+    }
     eprintln!("nyx testnet: stopping");
     stop_all(&mut members).await;
     if temporary {
@@ -274,6 +306,10 @@ async fn start_member(
 
 /// Authorities whose keys every member pins.
 const AUTHORITIES: usize = 3;
+/// How often the testnet looks for new descriptors to sign a new consensus for.
+const REFRESH: Duration = Duration::from_secs(30);
+/// How long a consensus is fresh (a new one is signed halfway).
+const CONSENSUS_LIFETIME: Duration = Duration::from_secs(3600);
 /// The consensus file, beside the directory file.
 const CONSENSUS_FILE: &str = "consensus.bin";
 
@@ -298,8 +334,8 @@ fn sign_consensus(
         .unwrap_or(now + 3600);
     let period = Period {
         valid_after: now.saturating_sub(60),
-        fresh_until: now + 3600,
-        valid_until: valid_until.max(now + 3600),
+        fresh_until: now + CONSENSUS_LIFETIME.as_secs(),
+        valid_until: valid_until.max(now + CONSENSUS_LIFETIME.as_secs()),
     };
     let relays: Vec<_> = directory.iter().map(vote_status).collect();
     let votes: Vec<Vote> = authorities
