@@ -251,6 +251,11 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
     // and stdout.
     let status = support::nyx(&control, &["status"]);
     assert!(status.contains("5 relays"), "{status}");
+    // The relays came from the consensus the testnet signed, and the client keeps its entry
+    // guards on disk for its next start.
+    assert!(Path::new(&s.dir).join("consensus.bin").exists());
+    let guards = std::fs::read_to_string(Path::new(&s.dir).join("node1/guards.txt")).unwrap();
+    assert!(guards.lines().any(|l| l.starts_with("guard ")), "{guards}");
     let mut follow = Command::new(env!("CARGO_BIN_EXE_nyx"))
         .arg("--control")
         .arg(&control)

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use nyx_core::NodeId;
 use nyx_overlay::circuit::{MAX_BACKWARD_BODY, MAX_FORWARD_BODY};
 use nyx_overlay::directory::{Directory, ExitPolicy};
-use nyx_overlay::path::ExitRequirement;
+use nyx_overlay::path::{ExitRequirement, SampledGuard};
 use nyx_overlay::{CircuitHandle, DestroyReason, ExitHandle, LiveLimits, OverlayStats};
 use tokio::sync::{mpsc, oneshot};
 
@@ -82,6 +82,7 @@ pub(crate) enum Command {
         payload: Bytes,
     },
     Stats(oneshot::Sender<NodeStats>),
+    Guards(oneshot::Sender<Vec<SampledGuard>>),
     CircuitIds(oneshot::Sender<Vec<(NodeId, u32)>>),
     Circuits(oneshot::Sender<Vec<CircuitInfo>>),
     Peers(oneshot::Sender<Vec<PeerInfo>>),
@@ -151,6 +152,14 @@ impl NodeHandle {
     pub async fn stats(&self) -> Result<NodeStats, Error> {
         let (reply, rx) = oneshot::channel();
         self.command(Command::Stats(reply)).await?;
+        rx.await.map_err(|_| Error::NodeStopped)
+    }
+
+    /// The entry guards sampled so far, with when (save them and pass them back in
+    /// [`NodeSettings::guards`](crate::NodeSettings::guards) to keep them across restarts).
+    pub async fn guards(&self) -> Result<Vec<SampledGuard>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::Guards(reply)).await?;
         rx.await.map_err(|_| Error::NodeStopped)
     }
 

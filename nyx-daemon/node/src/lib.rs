@@ -69,7 +69,7 @@ pub use nyx_core::NodeId;
 pub use nyx_core::config::TransportKind;
 pub use nyx_overlay::circuit::{CircuitHandle, DestroyReason};
 pub use nyx_overlay::directory::{Directory, ExitPolicy, ExitTarget};
-pub use nyx_overlay::path::ExitRequirement;
+pub use nyx_overlay::path::{ExitRequirement, SampledGuard};
 pub use nyx_overlay::stream::ResetReason;
 /// The crates nyx-node is built on, for everything else their APIs offer (settings, keys,
 /// descriptors, counters).

@@ -12,7 +12,7 @@ use nyx_crypto::link::LinkKey;
 use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
 use nyx_overlay::OverlayConfig;
 use nyx_overlay::directory::ExitPolicy;
-use nyx_overlay::path::PathConfig;
+use nyx_overlay::path::{PathConfig, SampledGuard};
 use nyx_overlay::stream::StreamConfig;
 use nyx_transport::fault::{FaultConfig, WireTap};
 use nyx_transport::quic::QuicConfig;
@@ -75,6 +75,9 @@ pub struct NodeSettings {
     pub quic: QuicConfig,
     /// UDP transport settings.
     pub udp: UdpConfig,
+    /// Entry guards saved by an earlier run ([`NodeHandle::guards`](crate::NodeHandle::guards)),
+    /// to keep using them. Default: none (sampled afresh).
+    pub guards: Vec<SampledGuard>,
     /// Paths tried per circuit request before giving up. Default 3.
     pub build_attempts: usize,
     /// Payloads buffered for a circuit's owner before drops. Default 1024.
@@ -118,6 +121,7 @@ impl Default for NodeSettings {
             path: PathConfig::default(),
             quic: QuicConfig::default(),
             udp: UdpConfig::default(),
+            guards: Vec::new(),
             build_attempts: 3,
             circuit_queue: 1024,
             tap: None,

@@ -8,8 +8,8 @@ use std::net::UdpSocket;
 use std::time::Duration;
 
 use nyx_core::config::TransportKind;
-use nyx_node::ErrorKind;
 use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, WebServer};
+use nyx_node::{ErrorKind, ExitRequirement, Node, NodeSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -204,4 +204,44 @@ async fn a_stopped_exit_closes_its_connections_to_targets() {
         .await
         .expect("the stopped exit's connection to the target closes")
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_with_saved_guards_enters_through_them() {
+    let testnet = LocalTestnet::start(LocalTestnetSpec {
+        net: 126,
+        nodes: 6,
+        ..LocalTestnetSpec::default()
+    })
+    .await
+    .unwrap();
+    let first = testnet.client().unwrap();
+    let circuit = timeout(LONG, first.handle().build_circuit(ExitRequirement::Any))
+        .await
+        .unwrap()
+        .unwrap();
+    let saved = first.handle().guards().await.unwrap();
+    assert!(!saved.is_empty());
+    assert_eq!(circuit.path()[0], saved[0].node);
+    drop(circuit);
+    first.shutdown().await;
+
+    // "Restarted": a new node with the same saved guards.
+    let again = Node::builder()
+        .settings(NodeSettings {
+            guards: saved.clone(),
+            ..testnet.spec.settings.clone()
+        })
+        .directory(testnet.directory_now())
+        .build()
+        .unwrap();
+    assert_eq!(again.handle().guards().await.unwrap(), saved);
+    for _ in 0..3 {
+        let circuit = timeout(LONG, again.handle().build_circuit(ExitRequirement::Any))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(circuit.path()[0], saved[0].node);
+        circuit.close().await;
+    }
 }

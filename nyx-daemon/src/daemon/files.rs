@@ -28,6 +28,7 @@ use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
 use crate::Error;
 use nyx_node::NodeKeys;
 use nyx_overlay::directory::Directory;
+use nyx_overlay::path::SampledGuard;
 
 /// File names inside the data directory.
 pub const IDENTITY_FILE: &str = "keys/identity.key";
@@ -37,6 +38,8 @@ pub const LINK_KEY_FILE: &str = "keys/link.key";
 pub const DESCRIPTOR_FILE: &str = "descriptor.txt";
 /// The default control socket name.
 pub const CONTROL_SOCKET: &str = "control.sock";
+/// The entry guards in use, kept across restarts: `guard <node id> <sampled at>` lines.
+pub const GUARDS_FILE: &str = "guards.txt";
 
 /// The data directory to use: the configured one, else `$XDG_STATE_HOME/nyx`, else
 /// `$HOME/.local/state/nyx`.
@@ -129,6 +132,55 @@ pub fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), Error
     })
 }
 
+/// The guards saved at `path`, in order. A missing file is none; a line that does not parse
+/// is skipped with a warning (the file is a cache: the node samples new guards).
+pub fn read_guards(path: &Path) -> Result<Vec<SampledGuard>, Error> {
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(Error::File {
+                what: "read",
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let mut guards = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let parsed = match line.split_whitespace().collect::<Vec<_>>()[..] {
+            ["guard", node, at] => node
+                .parse::<nyx_core::NodeId>()
+                .ok()
+                .zip(at.parse::<u64>().ok()),
+            _ => None,
+        };
+        match parsed {
+            Some((node, sampled_at)) => guards.push(SampledGuard { node, sampled_at }),
+            None => tracing::warn!(
+                line = i + 1,
+                "guards file: line skipped (not `guard ID TIME`)"
+            ),
+        }
+    }
+    Ok(guards)
+}
+
+/// Save `guards` to `path` (atomically), in order.
+pub fn write_guards(path: &Path, guards: &[SampledGuard]) -> Result<(), Error> {
+    let mut text = String::from(
+        "# Entry guards of this node, in order of preference. Written by nyx-daemon.\n",
+    );
+    for g in guards {
+        text.push_str(&format!("guard {} {}\n", g.node, g.sampled_at));
+    }
+    write_atomic(path, text)
+}
+
 /// Read the directory at `path`; a missing file is an empty directory (no relays yet).
 /// Rejected descriptor lines are logged (counted) and skipped; a file whose header is wrong
 /// is refused whole.
@@ -200,6 +252,34 @@ mod tests {
         fs::set_permissions(&id, fs::Permissions::from_mode(0o644)).unwrap();
         let err = load_or_create_keys(&dir, 1).unwrap_err().to_string();
         assert!(err.contains("identity.key"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn guards_round_trip_and_bad_lines_are_skipped() {
+        let dir = temp_dir("guards");
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(GUARDS_FILE);
+        assert!(read_guards(&path).unwrap().is_empty(), "missing file: none");
+        let guards = vec![
+            SampledGuard {
+                node: nyx_core::NodeId::from_bytes([7; 32]),
+                sampled_at: 1_800_000_000,
+            },
+            SampledGuard {
+                node: nyx_core::NodeId::from_bytes([3; 32]),
+                sampled_at: 1_800_000_100,
+            },
+        ];
+        write_guards(&path, &guards).unwrap();
+        assert_eq!(read_guards(&path).unwrap(), guards);
+        let text = fs::read_to_string(&path).unwrap();
+        fs::write(
+            &path,
+            format!("guard zz 1\nnonsense\n{text}guard {} x\n", guards[0].node),
+        )
+        .unwrap();
+        assert_eq!(read_guards(&path).unwrap(), guards);
         fs::remove_dir_all(&dir).unwrap();
     }
 

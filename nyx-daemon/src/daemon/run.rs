@@ -98,7 +98,12 @@ impl Daemon {
         let now = unix_now();
         let (keys, new_keys) = files::load_or_create_keys(&data_dir, now)?;
         let identity = keys.identity.clone();
-        let bound = BoundNode::bind(keys, config.node_settings())?;
+        let guards_path = data_dir.join(files::GUARDS_FILE);
+        let settings = nyx_node::NodeSettings {
+            guards: files::read_guards(&guards_path)?,
+            ..config.node_settings()
+        };
+        let bound = BoundNode::bind(keys, settings)?;
         let listen = bound.local_addr();
         let descriptor = bound.descriptor_builder(
             &config.nickname,
@@ -180,9 +185,10 @@ impl Daemon {
                     .await;
             }));
         }
-        tasks.push(spawn_descriptor_keeper(
+        tasks.push(spawn_keeper(
             state.clone(),
             node.handle().subscribe(),
+            guards_path,
         ));
         let stop = state.clone();
         let control_state = state.clone();
@@ -289,22 +295,29 @@ async fn bind_tcp(what: &'static str, addr: std::net::SocketAddr) -> Result<TcpL
         .map_err(|source| Error::Listen { what, addr, source })
 }
 
-/// Keep the published descriptor current while the daemon runs: publish it again when the
-/// onion keys rotate (with the new certificates) and halfway through its validity, so it
-/// never expires on a running relay.
-fn spawn_descriptor_keeper(
+/// Keep what the node must not lose current while the daemon runs: its published
+/// descriptor (again when the onion keys rotate, with the new certificates, and halfway
+/// through its validity, so it never expires on a running relay) and its entry guards
+/// (saved to `guards_path` when a built circuit shows they changed).
+fn spawn_keeper(
     state: Arc<DaemonState>,
     mut events: tokio::sync::broadcast::Receiver<nyx_node::NodeEvent>,
+    guards_path: PathBuf,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let half_validity = || state.config().relay.descriptor_validity / 2;
         let mut renew_at = tokio::time::Instant::now() + half_validity();
+        let mut saved_guards = files::read_guards(&guards_path).unwrap_or_default();
         loop {
             let certs = tokio::select! {
                 () = state.shutdown_requested() => return,
                 () = tokio::time::sleep_until(renew_at) => None,
                 event = events.recv() => match event {
                     Ok(nyx_node::NodeEvent::OnionKeysRotated { certs }) => Some(certs),
+                    Ok(nyx_node::NodeEvent::CircuitBuilt { .. }) => {
+                        save_guards(&state, &guards_path, &mut saved_guards).await;
+                        continue;
+                    }
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 },
@@ -317,4 +330,22 @@ fn spawn_descriptor_keeper(
             renew_at = tokio::time::Instant::now() + half_validity();
         }
     })
+}
+
+/// Write the node's guards to `path` if they differ from `saved`.
+async fn save_guards(
+    state: &DaemonState,
+    path: &std::path::Path,
+    saved: &mut Vec<nyx_node::SampledGuard>,
+) {
+    let Ok(guards) = state.node.guards().await else {
+        return;
+    };
+    if guards == *saved {
+        return;
+    }
+    match files::write_guards(path, &guards) {
+        Ok(()) => *saved = guards,
+        Err(e) => tracing::warn!(error = %e, "guards could not be saved"),
+    }
 }

@@ -184,6 +184,9 @@ impl Driver {
                     udp_send_queue: self.udp.as_ref().map_or(0, depth),
                 });
             }
+            Command::Guards(reply) => {
+                let _ = reply.send(self.policy.selector().sampled_guards());
+            }
             Command::CircuitIds(reply) => {
                 let _ = reply.send(self.overlay.link_circuit_ids());
             }

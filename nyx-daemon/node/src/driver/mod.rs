@@ -134,7 +134,8 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
             (None, Some(cmd_tx))
         }
     };
-    let selector = PathSelector::new(me, settings.transport, settings.path.clone());
+    let mut selector = PathSelector::new(me, settings.transport, settings.path.clone());
+    selector.restore_guards(&settings.guards);
     let policy = BuildPolicy::new(selector, settings.build_attempts, seed);
     if let Some((field, reason)) = settings.streams.problem() {
         return Err(nyx_overlay::Error::StreamConfig { field, reason }.into());

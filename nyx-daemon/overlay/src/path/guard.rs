@@ -53,6 +53,11 @@ impl GuardList {
     pub(super) fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.guards.iter().map(|g| g.id)
     }
+
+    /// The guards with when each was sampled, in preference order.
+    pub(super) fn sampled(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.guards.iter().map(|g| (g.id, g.chosen_at))
+    }
 }
 
 #[cfg(test)]

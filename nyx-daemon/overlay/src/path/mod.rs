@@ -142,6 +142,15 @@ pub enum PathError {
     },
 }
 
+/// An entry guard and when it was sampled (Unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampledGuard {
+    /// The relay.
+    pub node: NodeId,
+    /// When it became a guard.
+    pub sampled_at: u64,
+}
+
 /// Chooses paths and keeps the guard state between circuits.
 #[derive(Debug, Clone)]
 pub struct PathSelector {
@@ -347,6 +356,30 @@ impl PathSelector {
     /// Every sampled guard, in preference order.
     pub fn guards(&self) -> Vec<NodeId> {
         self.guards.ids().collect()
+    }
+
+    /// The sampled guards with when each was sampled, in preference order: what a node
+    /// saves so that it keeps its guards across restarts.
+    pub fn sampled_guards(&self) -> Vec<SampledGuard> {
+        self.guards
+            .sampled()
+            .map(|(node, sampled_at)| SampledGuard { node, sampled_at })
+            .collect()
+    }
+
+    /// Take up guards saved by [`sampled_guards`](Self::sampled_guards), in their order,
+    /// after any already sampled, at most 8 in all. The usual
+    /// rules apply from the next selection: a guard past its lifetime or no longer usable is
+    /// dropped then.
+    pub fn restore_guards(&mut self, saved: &[SampledGuard]) {
+        for g in saved {
+            if self.guards.len() >= MAX_GUARDS {
+                break;
+            }
+            if g.node != self.local {
+                self.guards.push(g.node, g.sampled_at);
+            }
+        }
     }
 }
 

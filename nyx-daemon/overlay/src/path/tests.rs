@@ -460,3 +460,53 @@ fn clearing_the_marks_makes_every_relay_usable_again() {
         .unwrap();
     assert_eq!(path.hops.len(), 3);
 }
+
+#[test]
+fn restored_guards_are_used_in_their_order_and_pruned_as_usual() {
+    let dir = dir(6);
+    let mut first = selector(3);
+    let mut rng = StdRng::seed_from_u64(7);
+    first
+        .select(&dir, &ExitRequirement::Any, T0, &mut rng)
+        .unwrap();
+    let saved = first.sampled_guards();
+    assert_eq!(saved.len(), 3);
+    assert!(saved.iter().all(|g| g.sampled_at == T0));
+
+    // A restarted node with the saved guards enters through the same first guard.
+    let mut again = selector(3);
+    again.restore_guards(&saved);
+    assert_eq!(again.sampled_guards(), saved);
+    for seed in 0..20 {
+        let mut rng = StdRng::seed_from_u64(100 + seed);
+        let path = again
+            .select(&dir, &ExitRequirement::Any, T0 + 60, &mut rng)
+            .unwrap();
+        assert_eq!(path.entry(), Some(saved[0].node));
+    }
+    // Past their lifetime they are replaced at the next selection.
+    let lifetime = PathConfig::default().guard_lifetime.as_secs();
+    let mut late = selector(3);
+    late.restore_guards(&saved);
+    let mut rng = StdRng::seed_from_u64(9);
+    late.select(&dir, &ExitRequirement::Any, T0 + lifetime, &mut rng)
+        .unwrap();
+    assert!(
+        late.sampled_guards()
+            .iter()
+            .all(|g| g.sampled_at == T0 + lifetime)
+    );
+    // Never this node itself, never more than eight.
+    let mut me = PathSelector::new(saved[0].node, TransportKind::Quic, PathConfig::default());
+    me.restore_guards(&saved);
+    assert_eq!(me.sampled_guards(), &saved[1..]);
+    let many: Vec<SampledGuard> = (1..=12)
+        .map(|i| SampledGuard {
+            node: id(i),
+            sampled_at: T0,
+        })
+        .collect();
+    let mut capped = selector(3);
+    capped.restore_guards(&many);
+    assert_eq!(capped.sampled_guards().len(), 8);
+}
