@@ -10,7 +10,7 @@ use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, WebServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let testnet = LocalTestnet::start(LocalTestnetSpec::default()).await?;
     let site = WebServer::page("<h1>Hello from the other side of three hops</h1>\n").await?;
 
