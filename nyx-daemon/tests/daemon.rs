@@ -413,3 +413,94 @@ fn control_socket_refuses_other_users() {
     assert_eq!(daemon.stop_with("-TERM"), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A daemon that pins authorities uses the relays of their consensus, and none once it
+/// expires, while it keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_come_from_the_pinned_consensus_and_go_when_it_expires() {
+    use nyx_crypto::identity::IdentityKey;
+    use nyx_overlay::directory::consensus::{
+        ConsensusBody, Period, UnverifiedConsensus, sign_body, vote_status,
+    };
+    use nyx_overlay::directory::testnet::{self, TestnetSpec};
+
+    let dir = temp_dir("consensus");
+    let data = dir.join("data");
+    let now = nyx_node::unix_now();
+    let (_, directory) = testnet::generate(&TestnetSpec::default(), now - 60).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("directory.txt"), directory.to_text()).unwrap();
+    let authorities: Vec<IdentityKey> = (0..3)
+        .map(|i| IdentityKey::from_seed(&[0x70 + i; 32]))
+        .collect();
+    // Valid from a minute ago for 15 seconds more (the daemon must start well within them).
+    let body = ConsensusBody {
+        period: Period {
+            valid_after: now - 60,
+            fresh_until: now + 5,
+            valid_until: now + 15,
+        },
+        relays: directory.iter().map(vote_status).collect(),
+    };
+    let signatures = authorities[..2]
+        .iter()
+        .map(|a| sign_body(&body, a))
+        .collect();
+    std::fs::write(
+        data.join("consensus.bin"),
+        UnverifiedConsensus::new(body, signatures).encode(),
+    )
+    .unwrap();
+    let pinned: Vec<String> = authorities
+        .iter()
+        .map(|a| {
+            let hex: String = a
+                .public()
+                .to_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            format!("\"{hex}\"")
+        })
+        .collect();
+    let config = dir.join("nyx.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\n[socks]\nenabled = false\n[directory]\nauthorities = [{}]\n",
+            data.display(),
+            pinned.join(", ")
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    cmd.arg("--config").arg(&config);
+    let daemon = DaemonProcess::spawn(cmd);
+    let mut c = nyx_daemon::control::connect(Path::new(&daemon.ready.control))
+        .await
+        .unwrap();
+    let relays = |info: pb::NodeInfo| info.relays;
+    let info = c
+        .get_info(pb::GetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(relays(info), 5, "the consensus lists the five relays");
+    // Liveness bound only: the consensus ends within seconds.
+    let mut gone = false;
+    for _ in 0..400 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let info = c
+            .get_info(pb::GetInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if relays(info) == 0 {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the expired consensus's relays are still used");
+    assert_eq!(daemon.stop_with("-TERM"), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

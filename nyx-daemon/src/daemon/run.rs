@@ -154,6 +154,7 @@ impl Daemon {
             config: config.clone(),
             directory: directory.clone(),
             consensus_valid_after: trusted.consensus_valid_after,
+            consensus_valid_until: trusted.consensus_valid_until,
             log_control,
             identity,
             descriptor: descriptor.clone(),
@@ -309,8 +310,19 @@ fn spawn_keeper(
         let mut renew_at = tokio::time::Instant::now() + half_validity();
         let mut saved_guards = files::read_guards(&guards_path).unwrap_or_default();
         loop {
+            // The consensus in force may change with every reload: look each time.
+            let expires_at = state.consensus_valid_until().map(|until| {
+                let left = until.saturating_sub(nyx_node::unix_now());
+                tokio::time::Instant::now() + Duration::from_secs(left)
+            });
             let certs = tokio::select! {
                 () = state.shutdown_requested() => return,
+                () = sleep_until_some(expires_at) => {
+                    if let Err(e) = state.consensus_expired().await {
+                        tracing::warn!(error = %e, "dropping the expired consensus failed");
+                    }
+                    continue;
+                }
                 () = tokio::time::sleep_until(renew_at) => None,
                 event = events.recv() => match event {
                     Ok(nyx_node::NodeEvent::OnionKeysRotated { certs }) => Some(certs),
@@ -347,5 +359,13 @@ async fn save_guards(
     match files::write_guards(path, &guards) {
         Ok(()) => *saved = guards,
         Err(e) => tracing::warn!(error = %e, "guards could not be saved"),
+    }
+}
+
+/// Sleep until `at`, or forever without one.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

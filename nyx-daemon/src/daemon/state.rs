@@ -62,6 +62,8 @@ pub struct DaemonState {
     directory: Mutex<Directory>,
     /// The start of the consensus in force (older ones are refused on reload).
     consensus_valid_after: Mutex<Option<u64>>,
+    /// When the consensus in force expires.
+    consensus_valid_until: Mutex<Option<u64>>,
     log_level: Mutex<String>,
     log_control: Option<LogControl>,
     identity: Arc<IdentityKey>,
@@ -93,6 +95,8 @@ pub struct StateParts {
     pub directory: Directory,
     /// The start of the consensus it came from, if any.
     pub consensus_valid_after: Option<u64>,
+    /// When that consensus expires, if any.
+    pub consensus_valid_until: Option<u64>,
     /// Log filter control, when the binary installed one.
     pub log_control: Option<LogControl>,
     /// The node's identity (signs republished descriptors).
@@ -115,6 +119,7 @@ impl DaemonState {
             config: Mutex::new(parts.config),
             directory: Mutex::new(parts.directory),
             consensus_valid_after: Mutex::new(parts.consensus_valid_after),
+            consensus_valid_until: Mutex::new(parts.consensus_valid_until),
             log_control: parts.log_control,
             identity: parts.identity,
             descriptor: Mutex::new(parts.descriptor),
@@ -279,7 +284,11 @@ impl DaemonState {
             .map_err(|reason| nyx_overlay::Error::OverlayConfig { reason })?;
         let held = *lock(&self.consensus_valid_after);
         let trusted = new.trusted(&self.endpoints.data_dir, unix_now(), held)?;
-        let (directory, consensus_valid_after) = (trusted.directory, trusted.consensus_valid_after);
+        let (directory, consensus_valid_after, consensus_valid_until) = (
+            trusted.directory,
+            trusted.consensus_valid_after,
+            trusted.consensus_valid_until,
+        );
         if new.log.level != old.log.level
             && let Err(reason) = self.set_log_level(&new.log.level)
         {
@@ -321,6 +330,7 @@ impl DaemonState {
         // Last, so that its DirectoryChanged event tells subscribers the whole reload is
         // in force.
         *lock(&self.consensus_valid_after) = consensus_valid_after;
+        *lock(&self.consensus_valid_until) = consensus_valid_until;
         *lock(&self.directory) = directory.clone();
         self.node.set_directory(directory).await?;
         tracing::info!(
@@ -330,6 +340,35 @@ impl DaemonState {
             "configuration reloaded"
         );
         Ok(ReloadOutcome { diff, relays })
+    }
+
+    /// When the consensus in force expires (Unix seconds), if relays come from one.
+    pub fn consensus_valid_until(&self) -> Option<u64> {
+        *lock(&self.consensus_valid_until)
+    }
+
+    /// If the consensus in force has expired: stop using its relays, and say so. A newer
+    /// one is taken up by the next reload.
+    pub async fn consensus_expired(&self) -> Result<(), Error> {
+        let until = {
+            let mut slot = lock(&self.consensus_valid_until);
+            match *slot {
+                // A reload may have brought a newer one since the caller looked.
+                Some(until) if until <= unix_now() => slot.take(),
+                _ => None,
+            }
+        };
+        let Some(until) = until else {
+            return Ok(());
+        };
+        tracing::error!(
+            valid_until = until,
+            "the consensus expired: no relays are used until a newer one is loaded \
+             (place it and reload)"
+        );
+        *lock(&self.directory) = Directory::default();
+        self.node.set_directory(Directory::default()).await?;
+        Ok(())
     }
 
     /// Publish the descriptor again with a fresh validity, and with `certs` when the onion

@@ -20,6 +20,8 @@ pub struct Trusted {
     pub directory: Directory,
     /// `valid_after` of the consensus accepted; a later reload refuses older ones.
     pub consensus_valid_after: Option<u64>,
+    /// When that consensus expires (its relays are dropped then).
+    pub consensus_valid_until: Option<u64>,
 }
 
 /// Parse pinned authority keys: 64 hex digits each (an Ed25519 identity public key).
@@ -64,6 +66,7 @@ pub fn load(
         return Ok(Trusted {
             directory: descriptors,
             consensus_valid_after: None,
+            consensus_valid_until: None,
         });
     }
     let bytes = match std::fs::read(consensus_file) {
@@ -73,6 +76,7 @@ pub fn load(
             return Ok(Trusted {
                 directory: Directory::default(),
                 consensus_valid_after: held,
+                consensus_valid_until: None,
             });
         }
         Err(source) => {
@@ -100,6 +104,7 @@ pub fn load(
     Ok(Trusted {
         directory,
         consensus_valid_after: Some(consensus.period().valid_after),
+        consensus_valid_until: Some(consensus.period().valid_until),
     })
 }
 
