@@ -454,13 +454,10 @@ async fn relays_come_from_the_pinned_consensus_and_go_when_it_expires() {
     let pinned: Vec<String> = authorities
         .iter()
         .map(|a| {
-            let hex: String = a
-                .public()
-                .to_bytes()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            format!("\"{hex}\"")
+            format!(
+                "\"{}\"",
+                nyx_daemon::daemon::trust::authority_hex(&a.public())
+            )
         })
         .collect();
     let config = dir.join("nyx.toml");

@@ -99,8 +99,9 @@ impl Daemon {
         let (keys, new_keys) = files::load_or_create_keys(&data_dir, now)?;
         let identity = keys.identity.clone();
         let guards_path = data_dir.join(files::GUARDS_FILE);
+        let saved_guards = files::read_guards(&guards_path)?;
         let settings = nyx_node::NodeSettings {
-            guards: files::read_guards(&guards_path)?,
+            guards: saved_guards.clone(),
             ..config.node_settings()
         };
         let bound = BoundNode::bind(keys, settings)?;
@@ -190,6 +191,7 @@ impl Daemon {
             state.clone(),
             node.handle().subscribe(),
             guards_path,
+            saved_guards,
         ));
         let stop = state.clone();
         let control_state = state.clone();
@@ -299,16 +301,16 @@ async fn bind_tcp(what: &'static str, addr: std::net::SocketAddr) -> Result<TcpL
 /// Keep what the node must not lose current while the daemon runs: its published
 /// descriptor (again when the onion keys rotate, with the new certificates, and halfway
 /// through its validity, so it never expires on a running relay) and its entry guards
-/// (saved to `guards_path` when a built circuit shows they changed).
+/// (saved to `guards_path` when a built circuit shows they differ from `saved_guards`).
 fn spawn_keeper(
     state: Arc<DaemonState>,
     mut events: tokio::sync::broadcast::Receiver<nyx_node::NodeEvent>,
     guards_path: PathBuf,
+    mut saved_guards: Vec<nyx_node::SampledGuard>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let half_validity = || state.config().relay.descriptor_validity / 2;
         let mut renew_at = tokio::time::Instant::now() + half_validity();
-        let mut saved_guards = files::read_guards(&guards_path).unwrap_or_default();
         loop {
             // The consensus in force may change with every reload: look each time.
             let expires_at = state.consensus_valid_until().map(|until| {

@@ -40,6 +40,11 @@ pub fn parse_authorities(keys: &[String]) -> Result<Vec<IdentityPublic>, String>
     Ok(out)
 }
 
+/// A pinned authority key as `directory.authorities` writes it: 64 hex digits.
+pub fn authority_hex(key: &IdentityPublic) -> String {
+    key.to_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn hex32(s: &str) -> Option<[u8; PUBLIC_KEY_LEN]> {
     if s.len() != 2 * PUBLIC_KEY_LEN || !s.is_ascii() {
         return None;

@@ -220,7 +220,9 @@ impl Driver {
         mut alive: oneshot::Receiver<()>,
     ) {
         loop {
-            let deadline = Instant::from_std(self.clock.instant_of(self.overlay.poll_timeout()));
+            // One timer for both: the overlay's next deadline and the next key rotation.
+            let overlay_due = Instant::from_std(self.clock.instant_of(self.overlay.poll_timeout()));
+            let deadline = overlay_due.min(self.rotate_at);
             tokio::select! {
                 // Every Node, NodeHandle and client stream is gone: nobody can use the node.
                 _ = &mut alive => {
@@ -272,11 +274,11 @@ impl Driver {
                 }
                 () = tokio::time::sleep_until(deadline) => {
                     let now = self.clock.tick();
+                    if Instant::now() >= self.rotate_at {
+                        self.rotate_onion_keys();
+                    }
+                    // Returns at once when the overlay's deadline has not come yet.
                     self.overlay.handle_timeout(now);
-                }
-                () = tokio::time::sleep_until(self.rotate_at) => {
-                    self.clock.tick();
-                    self.rotate_onion_keys();
                 }
             }
             self.flush();

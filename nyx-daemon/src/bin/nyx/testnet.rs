@@ -106,7 +106,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
         .map_err(|e| Failure::Call(format!("authority keys: {e}")))?;
     let pinned: Vec<String> = authorities
         .iter()
-        .map(|a| hex(&a.public().to_bytes()))
+        .map(|a| nyx_daemon::daemon::trust::authority_hex(&a.public()))
         .collect();
     let mut members: Vec<Member> = Vec::new();
     let result = async {
@@ -312,10 +312,6 @@ const REFRESH: Duration = Duration::from_secs(30);
 const CONSENSUS_LIFETIME: Duration = Duration::from_secs(3600);
 /// The consensus file, beside the directory file.
 const CONSENSUS_FILE: &str = "consensus.bin";
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// Each authority votes for every relay of `directory` (as `vote_status` says), the votes
 /// are combined, every authority signs the result, and it is written beside the directory.

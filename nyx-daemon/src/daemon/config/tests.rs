@@ -213,13 +213,7 @@ fn every_key_changed_alone_is_reported() {
     base.telemetry.otlp_endpoint = Some("http://127.0.0.1:4317".into());
     base.telemetry.prometheus_listen = Some("127.0.0.1:9100".parse().unwrap());
     let authority = nyx_crypto::identity::IdentityKey::from_seed(&[1; 32]).public();
-    base.directory.authorities = vec![
-        authority
-            .to_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    ];
+    base.directory.authorities = vec![crate::daemon::trust::authority_hex(&authority)];
     let toml::Value::Table(table) = toml::Value::try_from(&base).unwrap() else {
         panic!("a table");
     };

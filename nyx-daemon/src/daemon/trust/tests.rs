@@ -41,11 +41,7 @@ fn authority(i: u8) -> IdentityKey {
 }
 
 fn hex(key: &IdentityKey) -> String {
-    key.public()
-        .to_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    authority_hex(&key.public())
 }
 
 /// Five relays in the directory file; a consensus of four of them (the fifth no authority
