@@ -13,6 +13,8 @@
 //!   overlap, erasure after it).
 //! * [`hop`]: the circuit-hop handshake (typestates, one round trip) that turns a relay's
 //!   onion key into a [`session::Session`].
+//! * [`fast_hop`]: the one-hop handshake of directory circuits (Tor's CREATE_FAST), keyed
+//!   through the link to a relay known only by identity, link key and address.
 //! * [`link`]: the mutually authenticated link handshake between nodes (typestates, one
 //!   round trip, initiator identity hidden from observers).
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
@@ -34,6 +36,7 @@
 
 pub mod aead;
 mod error;
+pub mod fast_hop;
 pub mod hop;
 pub mod identity;
 pub mod kem;

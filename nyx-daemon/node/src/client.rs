@@ -124,9 +124,15 @@ impl NodeHandle {
         Ok(built)
     }
 
-    /// Start the stream endpoint of a freshly built circuit.
+    /// Start the stream endpoint of a freshly built circuit, for the pool.
     fn pool_circuit(&self, circuit: crate::Circuit) -> Result<Pooled, Error> {
         let policy = circuit.exit_policy.clone();
+        let ep = self.start_endpoint(circuit)?;
+        Ok(Pooled { ep, policy })
+    }
+
+    /// Start the stream endpoint of a freshly built circuit.
+    pub(crate) fn start_endpoint(&self, circuit: crate::Circuit) -> Result<Endpoint, Error> {
         let mux = StreamMux::new(
             Role::Client,
             self.streams.config.clone(),
@@ -134,10 +140,11 @@ impl NodeHandle {
         )?;
         let ep = Endpoint::new(mux, circuit.path.clone());
         tokio::spawn(endpoint::run(ep.clone(), Port::Client(circuit), None));
-        Ok(Pooled { ep, policy })
+        Ok(ep)
     }
 
-    async fn open_on(&self, ep: Endpoint, target: &str) -> Result<NyxStream, Error> {
+    /// Open a stream to `target` on the circuit of `ep`.
+    pub(crate) async fn open_on(&self, ep: Endpoint, target: &str) -> Result<NyxStream, Error> {
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut s = ep.lock();

@@ -14,7 +14,7 @@ use crate::handle::Command;
 use crate::{CircuitMessage, NyxStream};
 use nyx_overlay::circuit::ExitHandle;
 use nyx_overlay::directory::{ExitPolicy, ExitTarget};
-use nyx_overlay::stream::{ResetReason, Role, StreamConfig, StreamId, StreamMux};
+use nyx_overlay::stream::{DIRECTORY_TARGET, ResetReason, Role, StreamConfig, StreamId, StreamMux};
 
 /// What every exit stream of a node shares.
 #[derive(Debug)]
@@ -25,6 +25,8 @@ pub(super) struct ExitService {
     pub(super) connect_timeout: Duration,
     /// TCP connections open at once, over all circuits.
     pub(super) connections: Arc<Semaphore>,
+    /// Where directory streams go (to the node's owner).
+    pub(super) directory: mpsc::Sender<NyxStream>,
 }
 
 impl ExitService {
@@ -71,8 +73,16 @@ impl ExitService {
     }
 }
 
-/// Connect one stream to its target and relay until both sides are done.
+/// Connect one stream to its target and relay until both sides are done; hand a directory
+/// stream to the owner.
 async fn serve(service: Arc<ExitService>, mut stream: NyxStream, target: String) {
+    if target == DIRECTORY_TARGET {
+        let (ep, id) = (stream.endpoint().clone(), stream.id());
+        return match service.directory.try_send(stream) {
+            Ok(()) => accept(&ep, id),
+            Err(refused) => refused.into_inner().reset(ResetReason::ResourceLimit),
+        };
+    }
     let Ok(_permit) = service.connections.clone().try_acquire_owned() else {
         return stream.reset(ResetReason::ResourceLimit);
     };

@@ -70,6 +70,10 @@ pub(crate) enum Command {
         req: ExitRequirement,
         reply: oneshot::Sender<Result<Circuit, Error>>,
     },
+    BuildDirectory {
+        peer: Box<crate::directory::DirectoryPeer>,
+        reply: oneshot::Sender<Result<Circuit, Error>>,
+    },
     Send {
         circuit: CircuitHandle,
         payload: Bytes,

@@ -38,6 +38,7 @@
 mod bound;
 mod builder;
 mod client;
+mod directory;
 mod driver;
 mod endpoint;
 mod error;
@@ -55,6 +56,7 @@ pub mod testing;
 pub use bound::BoundNode;
 pub use builder::NodeBuilder;
 pub use client::IsolationGroup;
+pub use directory::{DirectoryPeer, PinnedPeer};
 pub use error::{Error, ErrorKind};
 pub use events::{CircuitInfo, NodeEvent, PeerInfo};
 pub use handle::{Circuit, CircuitMessage, ExitRequest, NodeHandle, NodeStats};

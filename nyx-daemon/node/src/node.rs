@@ -22,6 +22,7 @@ pub struct Node {
     pub(crate) handle: NodeHandle,
     pub(crate) addr: SocketAddr,
     pub(crate) exits: Option<mpsc::Receiver<ExitRequest>>,
+    pub(crate) directory: Option<mpsc::Receiver<NyxStream>>,
     pub(crate) task: JoinHandle<()>,
     pub(crate) aux: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
 }
@@ -67,6 +68,15 @@ impl Node {
     /// streams). Until taken, they are dropped and counted.
     pub fn take_exit_requests(&mut self) -> Option<mpsc::Receiver<ExitRequest>> {
         self.exits.take()
+    }
+
+    /// The directory streams clients open to this node (one request, one response each:
+    /// nyx-overlay's `directory::request`), for the owner to answer as a directory cache or
+    /// authority (taken once). Streams wait here while nobody reads them; when too many wait
+    /// (or the receiver was dropped) new ones are refused. Needs the stream exit service
+    /// ([`ExitServiceKind::Streams`](crate::ExitServiceKind::Streams)).
+    pub fn take_directory_streams(&mut self) -> Option<mpsc::Receiver<NyxStream>> {
+        self.directory.take()
     }
 
     /// Stop gracefully within 5 seconds; see [`shutdown_within`](Self::shutdown_within).

@@ -109,6 +109,7 @@ impl Driver {
                         .request(req, &mut self.overlay, &self.directory, now, unix_now());
                 self.requests.insert(id, reply);
             }
+            Command::BuildDirectory { peer, reply } => self.build_directory(*peer, reply),
             Command::Send { circuit, payload } => {
                 if self.overlay.send(circuit, &payload).is_err() {
                     self.send_failures += 1;

@@ -3,6 +3,7 @@
 //! `inputs.rs`) and carries out what they ask (send, dial, answer, deliver: `outputs.rs`).
 //! Every decision is theirs; this module only moves things between them and the sockets.
 
+mod direct;
 mod inputs;
 mod outputs;
 
@@ -37,6 +38,8 @@ const COMMANDS: usize = 1024;
 const INBOUND: usize = 4096;
 const LINK_EVENTS: usize = 256;
 const EXITS: usize = 1024;
+/// Directory streams waiting for the owner, at most.
+const DIRECTORY_STREAMS: usize = 64;
 /// Messages handled per wake-up before outputs are flushed.
 const BATCH: usize = 64;
 
@@ -75,6 +78,8 @@ struct Driver {
     /// Stream endpoints of the circuits this node is the exit of.
     exit_circuits: HashMap<ExitHandle, mpsc::Sender<CircuitMessage>>,
     exit_service: Option<Arc<ExitService>>,
+    /// One-hop directory circuits and the addresses of relays outside the directory.
+    direct: direct::Direct,
     settings: crate::NodeSettings,
     aux: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     send_failures: u64,
@@ -107,6 +112,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     let (inbound_tx, inbound_rx) = mpsc::channel(INBOUND);
     let (link_events_tx, link_events_rx) = mpsc::channel(LINK_EVENTS);
     let (exits_tx, exits_rx) = mpsc::channel(EXITS);
+    let (directory_tx, directory_rx) = mpsc::channel(DIRECTORY_STREAMS);
     let aux = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (events, _) = broadcast::channel(EVENT_BUFFER);
     let mut udp_events = None;
@@ -146,6 +152,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
             config: settings.streams.clone(),
             connect_timeout: settings.exit_connect_timeout,
             connections: Arc::new(tokio::sync::Semaphore::new(settings.exit_max_connections)),
+            directory: directory_tx,
         })
     });
     let streams = ClientStreams::new(settings.streams.clone(), settings.stream_open_timeout);
@@ -172,6 +179,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         events: events.clone(),
         exit_circuits: HashMap::new(),
         exit_service,
+        direct: direct::Direct::default(),
         settings,
         aux: aux.clone(),
         send_failures: 0,
@@ -188,6 +196,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         },
         addr,
         exits: Some(exits_rx),
+        directory: Some(directory_rx),
         task,
         aux,
     })

@@ -46,18 +46,24 @@ impl Driver {
     pub(super) fn dial(&mut self, peer: NodeId) {
         let now = self.now();
         let transport = self.settings.transport;
-        let Some(desc) = self.directory.get(&peer) else {
-            tracing::debug!("asked to reach a relay not in the directory");
-            return self.overlay.connect_failed(peer, now);
+        let known = match self.directory.get(&peer) {
+            Some(desc) => desc
+                .addr(transport)
+                .map(|addr| (addr, desc.link_key().clone())),
+            None => self
+                .direct
+                .known(&peer)
+                .map(|k| (k.addr, k.link_key.clone())),
         };
-        let Some(addr) = desc.addr(transport) else {
+        let Some((addr, link_key)) = known else {
+            tracing::debug!("asked to reach a relay with no known address");
             return self.overlay.connect_failed(peer, now);
         };
         if let Some(endpoint) = &self.quic {
             let task = spawn_quic_dial(endpoint.clone(), peer, addr, self.link_events_tx.clone());
             push_task(&self.aux, task);
         } else if let Some(udp) = &self.udp {
-            let key = Box::new(desc.link_key().clone());
+            let key = Box::new(link_key);
             self.links.udp_dials.insert(addr, peer);
             if udp
                 .try_send(UdpCommand::Connect { peer, key, addr })
@@ -76,6 +82,16 @@ impl Driver {
             event,
             Event::Built { .. } | Event::Failed { .. } | Event::Destroyed { .. }
         );
+        let direct = match &event {
+            Event::Built { circuit } => self.direct_built(*circuit),
+            Event::Failed {
+                circuit, reason, ..
+            } => self.direct_failed(*circuit, *reason),
+            _ => false,
+        };
+        if direct {
+            return;
+        }
         if for_policy && !self.stopping {
             let now = self.now();
             self.policy

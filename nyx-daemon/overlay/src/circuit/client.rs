@@ -4,18 +4,38 @@
 //! handshake state that produced it.
 
 use nyx_core::{NodeId, Timestamp};
-use nyx_crypto::hop::{CREATED_LEN, HopInitiator, HopInitiatorSent};
-use nyx_crypto::onion::{ClientCircuit, FORWARD_PAYLOAD_LEN, FORWARD_PAYLOAD_OFFSET};
+use nyx_crypto::fast_hop::{self, FastInitiatorSent};
+use nyx_crypto::hop::{HopInitiator, HopInitiatorSent};
+use nyx_crypto::kem::HybridPublicKey;
+use nyx_crypto::onion::{ClientCircuit, ClientHop, FORWARD_PAYLOAD_LEN, FORWARD_PAYLOAD_OFFSET};
 
 use super::wire::{self, CIRC_ID_LEN, Control, DestroyReason, RelayCommand};
 use super::{CircuitHandle, Event, HopSpec, Overlay, Slot};
 use crate::Error;
 
+/// A hop handshake waiting for its answer.
+#[derive(Debug)]
+enum Sent {
+    /// The hybrid onion-key handshake (CREATE or EXTEND).
+    Onion(HopInitiatorSent),
+    /// The fast handshake of a one-hop directory circuit (CREATE_FAST).
+    Fast(FastInitiatorSent),
+}
+
+impl Sent {
+    fn finish(self, created: &[u8]) -> Result<ClientHop, nyx_crypto::Error> {
+        match self {
+            Sent::Onion(sent) => sent.finish(created),
+            Sent::Fast(sent) => sent.finish(created),
+        }
+    }
+}
+
 /// Where a circuit's build stands.
 #[derive(Debug)]
 enum BuildState {
-    /// CREATE sent to the entry (over its link, or waiting for the link).
-    Creating(HopInitiatorSent),
+    /// CREATE (or CREATE_FAST) sent to the entry (over its link, or waiting for the link).
+    Creating(Sent),
     /// EXTEND sent for hop `hop` (1-based position in the path).
     Extending { hop: usize, sent: HopInitiatorSent },
     /// Every hop answered.
@@ -27,7 +47,9 @@ enum BuildState {
 /// One of this node's circuits.
 #[derive(Debug)]
 pub(super) struct ClientCirc {
-    path: Vec<HopSpec>,
+    path: Vec<NodeId>,
+    /// The onion key of each hop; none for the entry of a one-hop directory circuit.
+    keys: Vec<Option<HybridPublicKey>>,
     circ: u32,
     onion: ClientCircuit,
     state: BuildState,
@@ -39,11 +61,11 @@ pub(super) struct ClientCirc {
 
 impl ClientCirc {
     pub(super) fn path(&self) -> Vec<NodeId> {
-        self.path.iter().map(|h| h.node).collect()
+        self.path.clone()
     }
 
     fn entry(&self) -> NodeId {
-        self.path[0].node
+        self.path[0]
     }
 }
 
@@ -70,15 +92,60 @@ impl Overlay {
         }
         let (sent, create) = HopInitiator::new(path[0].node, path[0].onion_key.clone()).start()?;
         let entry = path[0].node;
-        let id = self.next_id();
         let circ = self.alloc_circ_id(entry);
+        let keys = path.iter().map(|h| Some(h.onion_key.clone())).collect();
+        let path = path.iter().map(|h| h.node).collect();
+        let state = BuildState::Creating(Sent::Onion(sent));
+        let id = self.insert_client(path, keys, circ, state, now)?;
+        self.shared
+            .send_control(entry, &Control::Create { circ, create }, now);
+        Ok(CircuitHandle(id))
+    }
+
+    /// Start building a one-hop directory circuit to `relay` with the fast handshake
+    /// (CREATE_FAST): no onion key is needed, only a link to the relay, which the driver
+    /// dials by the address and link key it knows (a pinned authority's, for one). Such a
+    /// circuit carries directory requests only; its hop sees this node's link anyway.
+    pub fn build_directory(
+        &mut self,
+        relay: NodeId,
+        now: Timestamp,
+    ) -> Result<CircuitHandle, Error> {
+        if relay == self.me {
+            return Err(Error::BadPath {
+                reason: "the path contains this node".into(),
+            });
+        }
+        let (sent, create) = fast_hop::start(relay)?;
+        let circ = self.alloc_circ_id(relay);
+        let state = BuildState::Creating(Sent::Fast(sent));
+        let id = self.insert_client(vec![relay], vec![None], circ, state, now)?;
+        let msg = Control::CreateFast {
+            circ,
+            create: *create,
+        };
+        self.shared.send_control(relay, &msg, now);
+        Ok(CircuitHandle(id))
+    }
+
+    fn insert_client(
+        &mut self,
+        path: Vec<NodeId>,
+        keys: Vec<Option<HybridPublicKey>>,
+        circ: u32,
+        state: BuildState,
+        now: Timestamp,
+    ) -> Result<u64, Error> {
+        let entry = path[0];
+        let id = self.next_id();
         self.clients.insert(
             id,
             ClientCirc {
                 path,
+                keys,
                 circ,
                 onion: ClientCircuit::new()?,
-                state: BuildState::Creating(sent),
+                state,
                 started: now,
                 built: None,
                 expiring_sent: false,
@@ -87,9 +154,7 @@ impl Overlay {
         );
         self.shared
             .insert_slot((entry, circ), Slot::Client(id), now);
-        self.shared
-            .send_control(entry, &Control::Create { circ, create }, now);
-        Ok(CircuitHandle(id))
+        Ok(id)
     }
 
     /// Send a payload (at most [`wire::MAX_FORWARD_BODY`] bytes) to the exit of a built
@@ -147,13 +212,15 @@ impl Overlay {
         }
     }
 
-    /// CREATED from the entry.
-    pub(super) fn client_created(&mut self, id: u64, created: &[u8; CREATED_LEN], now: Timestamp) {
+    /// CREATED (`fast` false) or CREATED_FAST (`fast` true) from the entry.
+    pub(super) fn client_created(&mut self, id: u64, created: &[u8], fast: bool, now: Timestamp) {
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
         match std::mem::replace(&mut c.state, BuildState::Moving) {
-            BuildState::Creating(sent) => self.client_hop_done(id, sent, created, now),
+            BuildState::Creating(sent) if fast == matches!(sent, Sent::Fast(_)) => {
+                self.client_hop_done(id, sent, created, now)
+            }
             other => {
                 c.state = other;
                 self.shared.stats.bad_control += 1;
@@ -162,7 +229,7 @@ impl Overlay {
     }
 
     /// A hop answered: add its layer, then extend further or report the circuit built.
-    fn client_hop_done(&mut self, id: u64, sent: HopInitiatorSent, created: &[u8], now: Timestamp) {
+    fn client_hop_done(&mut self, id: u64, sent: Sent, created: &[u8], now: Timestamp) {
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
@@ -185,8 +252,12 @@ impl Overlay {
             });
             return;
         }
-        let spec = c.path[next].clone();
-        let started = HopInitiator::new(spec.node, spec.onion_key).start();
+        let node = c.path[next];
+        let Some(onion_key) = c.keys[next].clone() else {
+            // Only an entry can lack an onion key, and one-hop circuits end there.
+            return self.client_lost(id, DestroyReason::Internal, None, true, now);
+        };
+        let started = HopInitiator::new(node, onion_key).start();
         let (sent, create) = match started {
             Ok(s) => s,
             Err(e) => {
@@ -195,7 +266,7 @@ impl Overlay {
             }
         };
         c.handshakes = c.handshakes.wrapping_add(1);
-        let fragments = wire::extend_fragments(c.handshakes, &spec.node, &create);
+        let fragments = wire::extend_fragments(c.handshakes, &node, &create);
         c.state = BuildState::Extending { hop: next, sent };
         for fragment in fragments {
             if let Err(e) = self.client_send_relay(id, next - 1, RelayCommand::Extend, &fragment) {
@@ -232,12 +303,12 @@ impl Overlay {
                 });
             }
             (RelayCommand::Extended, BuildState::Extending { hop, .. })
-                if delivered.hop + 1 == *hop && body.len() == CREATED_LEN =>
+                if delivered.hop + 1 == *hop && body.len() == nyx_crypto::hop::CREATED_LEN =>
             {
                 if let BuildState::Extending { sent, .. } =
                     std::mem::replace(&mut c.state, BuildState::Moving)
                 {
-                    self.client_hop_done(id, sent, &buf[body], now);
+                    self.client_hop_done(id, Sent::Onion(sent), &buf[body], now);
                 }
             }
             (RelayCommand::Truncated, _) => {
@@ -267,7 +338,7 @@ impl Overlay {
         };
         self.client_forget(&c, tell_entry.then_some(reason), now);
         let circuit = CircuitHandle(id);
-        let relay = hop.and_then(|h| c.path.get(h)).map(|h| h.node);
+        let relay = hop.and_then(|h| c.path.get(h)).copied();
         if c.built.is_some() {
             self.shared.events.push_back(Event::Destroyed {
                 circuit,

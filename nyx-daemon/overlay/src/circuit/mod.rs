@@ -486,8 +486,17 @@ impl Overlay {
             wire::Control::Create { circ, create } => self.relay_create(from, circ, &create, now),
             wire::Control::Created { circ, created } => {
                 match self.shared.slots.get(&(from, circ)).copied() {
-                    Some(Slot::Client(id)) => self.client_created(id, &created, now),
+                    Some(Slot::Client(id)) => self.client_created(id, &created, false, now),
                     Some(Slot::RelayNext(id)) => self.relay_created(id, from, &created, now),
+                    _ => self.shared.stats.bad_control += 1,
+                }
+            }
+            wire::Control::CreateFast { circ, create } => {
+                self.relay_create_fast(from, circ, &create, now)
+            }
+            wire::Control::CreatedFast { circ, created } => {
+                match self.shared.slots.get(&(from, circ)).copied() {
+                    Some(Slot::Client(id)) => self.client_created(id, &created, true, now),
                     _ => self.shared.stats.bad_control += 1,
                 }
             }

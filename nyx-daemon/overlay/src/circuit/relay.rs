@@ -7,6 +7,7 @@
 
 use nyx_core::rate::Limiter;
 use nyx_core::{NodeId, Timestamp};
+use nyx_crypto::fast_hop::{self, FAST_CREATE_LEN};
 use nyx_crypto::hop::{CREATE_LEN, CREATED_LEN, HopResponder};
 use nyx_crypto::onion::{BACKWARD_PAYLOAD_LEN, BACKWARD_PAYLOAD_OFFSET, Peeled, RelayHop};
 
@@ -66,33 +67,79 @@ impl Overlay {
         create: &[u8; CREATE_LEN],
         now: Timestamp,
     ) {
-        let refuse = |this: &mut Self, reason| {
-            this.shared.stats.creates_refused += 1;
-            this.shared
-                .send_control(from, &Control::Destroy { circ, reason }, now);
-        };
+        if !self.may_create(from, circ, now) {
+            return;
+        }
+        let responder = HopResponder::new(self.me, self.onion_keys.keys());
+        match responder.respond(create, &mut self.replay) {
+            Ok((hop, created)) => {
+                self.open_relayed(from, circ, hop, now);
+                self.shared
+                    .send_control(from, &Control::Created { circ, created }, now);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "CREATE refused");
+                self.refuse_create(from, circ, DestroyReason::Protocol, now);
+            }
+        }
+    }
+
+    /// CREATE_FAST from `from` (a one-hop directory circuit): answer it, or refuse with
+    /// DESTROY. The same limits as CREATE apply.
+    pub(super) fn relay_create_fast(
+        &mut self,
+        from: NodeId,
+        circ: u32,
+        create: &[u8; FAST_CREATE_LEN],
+        now: Timestamp,
+    ) {
+        if !self.may_create(from, circ, now) {
+            return;
+        }
+        match fast_hop::respond(self.me, create) {
+            Ok((hop, created)) => {
+                self.open_relayed(from, circ, hop, now);
+                self.shared
+                    .send_control(from, &Control::CreatedFast { circ, created }, now);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "CREATE_FAST refused");
+                self.refuse_create(from, circ, DestroyReason::Protocol, now);
+            }
+        }
+    }
+
+    /// Whether a CREATE on `circ` from `from` passes the slot, rate and circuit limits; if
+    /// not, it was refused with DESTROY.
+    fn may_create(&mut self, from: NodeId, circ: u32, now: Timestamp) -> bool {
         if self.shared.slots.contains_key(&(from, circ)) || !self.in_peer_half(from, circ) {
             self.shared.stats.bad_control += 1;
-            return refuse(self, DestroyReason::Protocol);
+            self.refuse_create(from, circ, DestroyReason::Protocol, now);
+            return false;
         }
         if self.create_limiter.check(&from, now).is_err() {
             self.shared.stats.creates_rate_limited += 1;
-            return refuse(self, DestroyReason::ResourceLimit);
+            self.refuse_create(from, circ, DestroyReason::ResourceLimit, now);
+            return false;
         }
         let per_link = self.shared.links.get(&from).map_or(0, |l| l.circuits);
         if self.relays.len() >= self.config.max_relay_circuits
             || per_link >= self.config.max_circuits_per_link
         {
-            return refuse(self, DestroyReason::ResourceLimit);
+            self.refuse_create(from, circ, DestroyReason::ResourceLimit, now);
+            return false;
         }
-        let responder = HopResponder::new(self.me, self.onion_keys.keys());
-        let (hop, created) = match responder.respond(create, &mut self.replay) {
-            Ok(answer) => answer,
-            Err(e) => {
-                tracing::debug!(error = %e, "CREATE refused");
-                return refuse(self, DestroyReason::Protocol);
-            }
-        };
+        true
+    }
+
+    fn refuse_create(&mut self, from: NodeId, circ: u32, reason: DestroyReason, now: Timestamp) {
+        self.shared.stats.creates_refused += 1;
+        self.shared
+            .send_control(from, &Control::Destroy { circ, reason }, now);
+    }
+
+    /// Open the relayed circuit `circ` from `from`, keyed by `hop`.
+    fn open_relayed(&mut self, from: NodeId, circ: u32, hop: RelayHop, now: Timestamp) {
         let id = self.next_id();
         self.relays.insert(
             id,
@@ -111,8 +158,6 @@ impl Overlay {
         self.shared
             .insert_slot((from, circ), Slot::RelayPrev(id), now);
         self.shared.stats.creates_answered += 1;
-        self.shared
-            .send_control(from, &Control::Created { circ, created }, now);
     }
 
     /// A cell from the previous hop: peel our layer, then forward or deliver.

@@ -637,3 +637,73 @@ fn extend_to_the_previous_hop_is_refused() {
     assert!(net.nodes[2].overlay.stats().protocol_errors >= 1);
     assert_eq!(net.nodes[2].overlay.relay_circuits(), 0);
 }
+
+/// A one-hop directory circuit needs no onion key: CREATE_FAST over the link, payloads both
+/// ways, and the relay counts it like any CREATE.
+#[test]
+fn directory_circuit_builds_without_an_onion_key() {
+    let mut net = Net::new(2);
+    let relay = net.nodes[1].id;
+    let now = net.now;
+    let c = net.nodes[0].overlay.build_directory(relay, now).unwrap();
+    net.settle();
+    assert_eq!(net.events(0), vec![Event::Built { circuit: c }]);
+    assert_eq!(net.nodes[0].overlay.path(c), Some(vec![relay]));
+    net.nodes[0].overlay.send(c, b"GET consensus").unwrap();
+    net.settle();
+    assert!(matches!(
+        &net.events(1)[..],
+        [Event::ExitData { payload, .. }] if &payload[..] == b"GET consensus"
+    ));
+    assert_eq!(data_of(&net.events(0), c), vec![b"GET consensus".to_vec()]);
+    assert_eq!(net.nodes[1].overlay.stats().creates_answered, 1);
+    let me = net.nodes[0].id;
+    assert!(matches!(
+        net.nodes[0].overlay.build_directory(me, now),
+        Err(Error::BadPath { .. })
+    ));
+}
+
+/// A CREATED_FAST answering a CREATE (or an altered one) does not build the circuit.
+#[test]
+fn mismatched_or_altered_fast_answers_fail_the_build() {
+    let mut net = Net::new(2);
+    // Alter the confirmation of every CREATED_FAST.
+    net.tap = Some(Box::new(|_, _, msg| {
+        if let Msg::Control(m) = msg
+            && m.first() == Some(&7)
+        {
+            let last = m.len() - 1;
+            m[last] ^= 1;
+        }
+        1
+    }));
+    let relay = net.nodes[1].id;
+    let now = net.now;
+    let c = net.nodes[0].overlay.build_directory(relay, now).unwrap();
+    net.settle();
+    assert!(matches!(
+        &net.events(0)[..],
+        [Event::Failed { circuit, reason: DestroyReason::Protocol, .. }] if *circuit == c
+    ));
+    net.tap = None;
+    // A CREATED_FAST for a circuit that sent CREATE is a protocol error, not a build.
+    let c = net.build(0, &[1]);
+    assert_eq!(net.events(0), vec![Event::Built { circuit: c }]);
+    let circ = net.nodes[0]
+        .overlay
+        .link_circuit_ids()
+        .into_iter()
+        .find(|(peer, _)| *peer == relay)
+        .map(|(_, circ)| circ)
+        .unwrap();
+    let bad_before = net.nodes[0].overlay.stats().bad_control;
+    let forged = wire::Control::CreatedFast {
+        circ,
+        created: [1; nyx_crypto::fast_hop::FAST_CREATED_LEN],
+    };
+    net.nodes[0]
+        .overlay
+        .handle_control(relay, &forged.encode(), now);
+    assert_eq!(net.nodes[0].overlay.stats().bad_control, bad_before + 1);
+}

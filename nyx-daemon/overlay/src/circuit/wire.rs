@@ -1,9 +1,10 @@
 //! The overlay's wire formats: link cells (a circuit id and an onion cell, on a link's
-//! unreliable cell channel), link control messages (CREATE, CREATED, DESTROY, PING, PONG, on
-//! its reliable control channel) and relay messages (inside an onion cell's payload).
+//! unreliable cell channel), link control messages (CREATE, CREATED, CREATE_FAST, CREATED_FAST,
+//! DESTROY, PING, PONG, on its reliable control channel) and relay messages (inside an onion cell's payload).
 //!
 //! Every decoder takes untrusted bytes and returns a typed [`WireError`]; none panics.
 
+use nyx_crypto::fast_hop::{FAST_CREATE_LEN, FAST_CREATED_LEN};
 use nyx_crypto::hop::{CREATE_LEN, CREATED_LEN};
 use nyx_crypto::onion::{BACKWARD_PAYLOAD_LEN, CELL_LEN, FORWARD_PAYLOAD_LEN};
 
@@ -163,6 +164,8 @@ const CTRL_CREATED: u8 = 2;
 const CTRL_DESTROY: u8 = 3;
 const CTRL_PING: u8 = 4;
 const CTRL_PONG: u8 = 5;
+const CTRL_CREATE_FAST: u8 = 6;
+const CTRL_CREATED_FAST: u8 = 7;
 
 /// A link control message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +190,21 @@ pub enum Control {
         circ: u32,
         /// Why.
         reason: DestroyReason,
+    },
+    /// Open a one-hop directory circuit to the link's peer: the fast handshake's CREATE_FAST
+    /// (nyx_crypto::fast_hop), keyed through the link.
+    CreateFast {
+        /// The circuit id on this link, chosen by the sender.
+        circ: u32,
+        /// The CREATE_FAST message.
+        create: [u8; FAST_CREATE_LEN],
+    },
+    /// The answer to CREATE_FAST.
+    CreatedFast {
+        /// The circuit id the CREATE_FAST named.
+        circ: u32,
+        /// The CREATED_FAST message.
+        created: [u8; FAST_CREATED_LEN],
     },
     /// Liveness probe.
     Ping,
@@ -217,6 +235,20 @@ impl Control {
                 v.push(CTRL_DESTROY);
                 v.extend_from_slice(&circ.to_be_bytes());
                 v.push(reason.code());
+                v
+            }
+            Control::CreateFast { circ, create } => {
+                let mut v = Vec::with_capacity(5 + FAST_CREATE_LEN);
+                v.push(CTRL_CREATE_FAST);
+                v.extend_from_slice(&circ.to_be_bytes());
+                v.extend_from_slice(create);
+                v
+            }
+            Control::CreatedFast { circ, created } => {
+                let mut v = Vec::with_capacity(5 + FAST_CREATED_LEN);
+                v.push(CTRL_CREATED_FAST);
+                v.extend_from_slice(&circ.to_be_bytes());
+                v.extend_from_slice(created);
                 v
             }
             Control::Ping => vec![CTRL_PING],
@@ -276,6 +308,24 @@ impl Control {
                 Ok(Control::Destroy {
                     circ: circ()?,
                     reason: DestroyReason::from_code(rest[4]),
+                })
+            }
+            CTRL_CREATE_FAST => {
+                exact("CREATE_FAST", 4 + FAST_CREATE_LEN)?;
+                let mut create = [0u8; FAST_CREATE_LEN];
+                create.copy_from_slice(&rest[4..]);
+                Ok(Control::CreateFast {
+                    circ: circ()?,
+                    create,
+                })
+            }
+            CTRL_CREATED_FAST => {
+                exact("CREATED_FAST", 4 + FAST_CREATED_LEN)?;
+                let mut created = [0u8; FAST_CREATED_LEN];
+                created.copy_from_slice(&rest[4..]);
+                Ok(Control::CreatedFast {
+                    circ: circ()?,
+                    created,
                 })
             }
             CTRL_PING => exact("PING", 0).map(|()| Control::Ping),
@@ -463,6 +513,14 @@ mod tests {
             Control::Destroy {
                 circ: 1,
                 reason: DestroyReason::Other(200),
+            },
+            Control::CreateFast {
+                circ: 2,
+                create: [4u8; FAST_CREATE_LEN],
+            },
+            Control::CreatedFast {
+                circ: 3,
+                created: [5u8; FAST_CREATED_LEN],
             },
             Control::Ping,
             Control::Pong,

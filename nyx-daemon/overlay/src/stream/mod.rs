@@ -199,6 +199,11 @@ impl StreamConfig {
     }
 }
 
+/// The target of a stream that asks the circuit's last hop itself for directory
+/// information (Tor's BEGIN_DIR) instead of a connection onward. It cannot be mistaken for a
+/// `host:port` target: it has no port.
+pub const DIRECTORY_TARGET: &str = "@directory";
+
 /// Something that happened to a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamEvent {

@@ -1,0 +1,219 @@
+//! Directory streams (Tor's BEGIN_DIR): a client reaches a relay itself over a one-hop
+//! circuit, either by a pinned id, address and link key (fast handshake) or by the relay's
+//! descriptor (onion handshake), and the relay's owner answers; a descriptor that claims
+//! another relay's address does not reach anyone.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use nyx_core::config::TransportKind;
+use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, node_settings};
+use nyx_node::{
+    Directory, DirectoryPeer, ErrorKind, Node, NodeKeys, NodeSettings, NyxStream, PinnedPeer,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+/// Generous bound for liveness only (never speed): CI machines are shared and slow.
+const LONG: Duration = Duration::from_secs(60);
+
+/// A node that knows no relay at all (as a client bootstrapping from pinned authorities).
+fn bare_client(transport: TransportKind, net: u8) -> Node {
+    Node::builder()
+        .settings(NodeSettings {
+            listen: SocketAddr::from((Ipv4Addr::new(127, 0, net, 100), 0)),
+            ..node_settings()
+        })
+        .transport(transport)
+        .directory(Directory::default())
+        .build()
+        .unwrap()
+}
+
+/// Answer every directory stream of node 0 with "re:" and what it read.
+fn serve_node0(testnet: &mut LocalTestnet) {
+    let mut streams = testnet.nodes[0]
+        .as_mut()
+        .unwrap()
+        .take_directory_streams()
+        .unwrap();
+    tokio::spawn(async move {
+        while let Some(mut stream) = streams.recv().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                stream.read_to_end(&mut request).await.unwrap();
+                stream.write_all(b"re:").await.unwrap();
+                stream.write_all(&request).await.unwrap();
+                stream.shutdown().await.unwrap();
+            });
+        }
+    });
+}
+
+async fn ask(mut stream: NyxStream, request: &[u8]) -> Vec<u8> {
+    stream.write_all(request).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    answer
+}
+
+async fn pinned_and_descriptor_peers_answer(transport: TransportKind, net: u8) {
+    let mut testnet = LocalTestnet::start(LocalTestnetSpec {
+        nodes: 2,
+        net,
+        transport,
+        ..LocalTestnetSpec::default()
+    })
+    .await
+    .unwrap();
+    serve_node0(&mut testnet);
+    let relay = testnet.directory.get(&testnet.ids[0]).unwrap().clone();
+
+    // Known only by id, address and link key: the fast handshake.
+    let client = bare_client(transport, net);
+    let pinned = DirectoryPeer::Pinned(PinnedPeer {
+        node_id: relay.node_id(),
+        addr: testnet.addrs[0],
+        link_key: relay.link_key().clone(),
+    });
+    let stream = timeout(LONG, client.handle().directory_stream(pinned))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stream.path(), [relay.node_id()]);
+    assert_eq!(ask(stream, b"consensus?").await, b"re:consensus?");
+
+    // By descriptor: the onion handshake with its certified onion key, even though the
+    // client's directory does not list it.
+    let by_descriptor = DirectoryPeer::Relay(Box::new(relay.clone()));
+    let stream = timeout(LONG, client.handle().directory_stream(by_descriptor))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ask(stream, b"vote").await, b"re:vote");
+
+    // The one-hop circuits close with their streams.
+    let handle = client.handle();
+    let deadline = tokio::time::Instant::now() + LONG;
+    while !handle.circuits().await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "circuits left open");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    testnet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_streams_over_quic() {
+    pinned_and_descriptor_peers_answer(TransportKind::Quic, 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_streams_over_udp() {
+    pinned_and_descriptor_peers_answer(TransportKind::Udp, 61).await;
+}
+
+/// A relay that publishes another relay's address cannot complete a circuit there (the
+/// node at that address holds other keys): an authority's reachability test fails. A
+/// pinned peer with the wrong link key fails likewise.
+async fn claimed_addresses_do_not_reach(transport: TransportKind, net: u8) {
+    let testnet = LocalTestnet::start(LocalTestnetSpec {
+        nodes: 2,
+        net,
+        transport,
+        ..LocalTestnetSpec::default()
+    })
+    .await
+    .unwrap();
+    let now = nyx_node::unix_now();
+    let keys = NodeKeys::generate(now).unwrap();
+    let identity = keys.identity.clone();
+    let impostor = nyx_node::BoundNode::bind(
+        keys,
+        NodeSettings {
+            transport,
+            listen: SocketAddr::from((Ipv4Addr::new(127, 0, net, 50), 0)),
+            ..node_settings()
+        },
+    )
+    .unwrap();
+    let mut builder = impostor.descriptor_builder("impostor", 100, now, Duration::from_secs(3600));
+    match transport {
+        TransportKind::Quic => builder.quic_addr = Some(testnet.addrs[0]),
+        TransportKind::Udp => builder.udp_addr = Some(testnet.addrs[0]),
+    }
+    let claim = builder.sign(&identity).unwrap();
+    let client = bare_client(transport, net);
+    let handle = client.handle();
+    let probe = handle.directory_circuit(DirectoryPeer::Relay(Box::new(claim)));
+    let err = timeout(LONG, probe).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CircuitFailed, "{err}");
+
+    let relay = testnet.directory.get(&testnet.ids[0]).unwrap();
+    let other = testnet.directory.get(&testnet.ids[1]).unwrap();
+    let wrong_key = DirectoryPeer::Pinned(PinnedPeer {
+        node_id: relay.node_id(),
+        addr: testnet.addrs[0],
+        link_key: other.link_key().clone(),
+    });
+    let wrong_id = DirectoryPeer::Pinned(PinnedPeer {
+        node_id: other.node_id(),
+        addr: testnet.addrs[0],
+        link_key: relay.link_key().clone(),
+    });
+    let result = timeout(LONG, client.handle().directory_circuit(wrong_id))
+        .await
+        .unwrap();
+    assert!(result.is_err(), "a relay answered for another relay's id");
+    // The UDP handshake is made to the link key; QUIC checks the id and needs no link key.
+    if transport == TransportKind::Udp {
+        let result = timeout(LONG, client.handle().directory_circuit(wrong_key))
+            .await
+            .unwrap();
+        assert!(
+            result.is_err(),
+            "a link handshake succeeded with the wrong key"
+        );
+    }
+    drop(impostor);
+    testnet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimed_addresses_do_not_reach_over_quic() {
+    claimed_addresses_do_not_reach(TransportKind::Quic, 62).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimed_addresses_do_not_reach_over_udp() {
+    claimed_addresses_do_not_reach(TransportKind::Udp, 63).await;
+}
+
+/// A node whose owner does not read directory streams refuses them once the queue is
+/// gone, with a reset the client sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unserved_directory_streams_are_refused() {
+    let mut testnet = LocalTestnet::start(LocalTestnetSpec {
+        nodes: 2,
+        net: 64,
+        ..LocalTestnetSpec::default()
+    })
+    .await
+    .unwrap();
+    drop(testnet.nodes[0].as_mut().unwrap().take_directory_streams());
+    let relay = testnet.directory.get(&testnet.ids[0]).unwrap().clone();
+    let client = bare_client(TransportKind::Quic, 64);
+    let err = timeout(
+        LONG,
+        client
+            .handle()
+            .directory_stream(DirectoryPeer::Relay(Box::new(relay))),
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceLimit, "{err}");
+    testnet.shutdown().await;
+}
