@@ -67,6 +67,24 @@ pub enum Error {
         /// Why it was refused.
         source: nyx_overlay::directory::consensus::ConsensusError,
     },
+    /// A consensus fetched from a directory server was refused (forged, minority-signed,
+    /// expired, not yet valid, rolled back, malformed).
+    #[error("consensus from {from}: {source}")]
+    ConsensusRefused {
+        /// The directory server (its node id).
+        from: String,
+        /// Why it was refused.
+        source: nyx_overlay::directory::consensus::ConsensusError,
+    },
+    /// A directory request could not be made or was answered with something else than
+    /// asked (refused, malformed, cut short).
+    #[error("directory request to {to}: {reason}")]
+    DirectoryRequest {
+        /// The directory server or authority (its node id).
+        to: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A SOCKS5 client sent something the proxy cannot accept.
     #[error("socks5: {0}")]
     Socks(#[from] crate::socks::SocksError),

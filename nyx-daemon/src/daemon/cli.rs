@@ -26,6 +26,11 @@ pub struct DaemonArgs {
     /// Check the configuration, print it with defaults filled in, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Print this node's `directory.authorities` line (identity key, listen address, link
+    /// key), creating its keys if needed, and exit: what every daemon of a network pins for
+    /// an authority. `listen` must be an address others reach, with a fixed port.
+    #[arg(long)]
+    pub authority_line: bool,
 }
 
 /// Run the daemon as `args` say, until it is stopped; the process's exit code.
@@ -40,6 +45,18 @@ pub fn main(args: DaemonArgs) -> ExitCode {
     if args.check_config {
         print!("{}", config.to_toml());
         return ExitCode::SUCCESS;
+    }
+    if args.authority_line {
+        return match authority_line(&config) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("nyx-daemon: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -59,6 +76,40 @@ pub fn main(args: DaemonArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// This node's `directory.authorities` line, its keys created if they do not exist yet.
+fn authority_line(config: &DaemonConfig) -> Result<String, crate::Error> {
+    let problem = |reason: String| crate::Error::ConfigInvalid {
+        path: PathBuf::new(),
+        problems: nyx_core::config::ConfigProblems::from_vec(vec![
+            nyx_core::config::ConfigProblem {
+                field: "listen".to_owned(),
+                reason,
+            },
+        ]),
+    };
+    let addr = config
+        .listen
+        .first()
+        .copied()
+        .ok_or_else(|| problem("no address".to_owned()))?;
+    if addr.port() == 0 || addr.ip().is_unspecified() {
+        return Err(problem(format!(
+            "{addr}: an authority's line needs the address others reach it at, with a fixed port"
+        )));
+    }
+    let data_dir = match &config.data_dir {
+        Some(dir) => dir.clone(),
+        None => super::files::default_data_dir()?,
+    };
+    super::files::prepare_data_dir(&data_dir)?;
+    let (keys, _) = super::files::load_or_create_keys(&data_dir, nyx_node::unix_now())?;
+    Ok(super::trust::authority_line(
+        &keys.identity.public(),
+        addr,
+        keys.link_key.public(),
+    ))
 }
 
 fn load_config(args: &DaemonArgs) -> Result<DaemonConfig, crate::Error> {

@@ -8,12 +8,15 @@
 
 pub mod cli;
 pub mod config;
+pub mod dir;
 pub mod files;
+mod held;
 mod run;
 mod state;
 pub mod stream_registry;
 pub mod trust;
 
 pub use config::{ConfigDiff, DaemonConfig};
+pub use held::Bundle;
 pub use run::{Daemon, READY_PREFIX, Ready};
 pub use state::{DaemonState, Endpoints, LogControl, ReloadOutcome, StateParts};

@@ -11,8 +11,9 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::config::DaemonConfig;
-use super::files;
+use super::dir::{self, authority::AuthorityHandle};
 use super::state::{DaemonState, Endpoints, LogControl, StateParts};
+use super::{files, trust};
 use crate::Error;
 use crate::control::{self, ControlListener};
 use crate::telemetry::prometheus::{PrometheusConfig, PrometheusServer};
@@ -147,7 +148,27 @@ impl Daemon {
             prometheus: prometheus.as_ref().and_then(|p| p.local_addr().ok()),
             data_dir: data_dir.clone(),
         };
-        let node = bound.start(directory.clone())?;
+        let pinned =
+            trust::parse_authority_lines(&config.directory.authorities).map_err(|reason| {
+                Error::ConfigInvalid {
+                    path: PathBuf::new(),
+                    problems: nyx_core::config::ConfigProblems::from_vec(vec![
+                        nyx_core::config::ConfigProblem {
+                            field: "directory.authorities".to_owned(),
+                            reason,
+                        },
+                    ]),
+                }
+            })?;
+        let authority = match config.authority.enabled {
+            true => Some(Arc::new(AuthorityHandle::new(
+                identity.clone(),
+                &config,
+                &pinned,
+            )?)),
+            false => None,
+        };
+        let mut node = bound.start(directory.clone())?;
         let state = DaemonState::new(StateParts {
             node: node.handle(),
             endpoints: endpoints.clone(),
@@ -156,13 +177,36 @@ impl Daemon {
             directory: directory.clone(),
             consensus_valid_after: trusted.consensus_valid_after,
             consensus_valid_until: trusted.consensus_valid_until,
+            consensus: trusted.consensus,
             log_control,
             identity,
             descriptor: descriptor.clone(),
         });
         let _ = metrics_state.set(state.clone());
-        state.publish(descriptor)?;
         let mut tasks = Vec::new();
+        // Directory streams: answered as an authority or a cache.
+        if let Some(streams) = node.take_directory_streams() {
+            tasks.push(dir::serve::spawn(streams, state.clone(), authority.clone()));
+        }
+        if let Some(authority) = &authority {
+            tasks.push(dir::authority::spawn(
+                authority.clone(),
+                state.clone(),
+                &pinned,
+            ));
+        }
+        // With authorities to reach: upload the descriptor to them, keep a consensus.
+        let contacts: Vec<nyx_node::PinnedPeer> =
+            pinned.iter().filter_map(|a| a.contact.clone()).collect();
+        if !contacts.is_empty() {
+            tasks.extend(dir::fetch::spawn_uploads(
+                state.clone(),
+                contacts.clone(),
+                authority.clone(),
+            ));
+            tasks.push(dir::fetch::spawn_fetcher(state.clone(), contacts));
+        }
+        state.publish(descriptor)?;
         let socks = match socks_listener {
             Some(listener) => Some(crate::socks::SocksServer::spawn_with_registry(
                 listener,
@@ -215,6 +259,7 @@ impl Daemon {
         };
         tracing::info!(
             relays = directory.len(),
+            authority = authority.is_some(),
             new_keys,
             transport = %config.transport,
             "nyx-daemon started"

@@ -17,7 +17,9 @@ use crate::Error;
 use crate::socks::SocksCounters;
 use crate::telemetry::{ExtraMetric, MetricsSnapshot, render_prometheus};
 use nyx_node::{NodeHandle, unix_now};
-use nyx_overlay::directory::{DescriptorBuilder, Directory};
+use nyx_overlay::directory::{Descriptor, DescriptorBuilder, Directory};
+
+use super::held::Bundle;
 
 /// Changes the log filter of the running process (installed by the binary's telemetry);
 /// returns a description of what is wrong with directives it refuses.
@@ -59,11 +61,16 @@ pub struct DaemonState {
     pub started: Instant,
     config_path: Option<PathBuf>,
     config: Mutex<DaemonConfig>,
-    directory: Mutex<Directory>,
+    pub(super) directory: Mutex<Directory>,
     /// The start of the consensus in force (older ones are refused on reload).
-    consensus_valid_after: Mutex<Option<u64>>,
+    pub(super) consensus_valid_after: Mutex<Option<u64>>,
     /// When the consensus in force expires.
-    consensus_valid_until: Mutex<Option<u64>>,
+    pub(super) consensus_valid_until: Mutex<Option<u64>>,
+    /// The consensus in force as signed, with its descriptors (what this daemon serves as
+    /// a directory cache).
+    pub(super) bundle: Mutex<Option<Arc<Bundle>>>,
+    /// The descriptor last signed (the uploader sends it to the authorities).
+    pub(super) signed: watch::Sender<Option<Descriptor>>,
     log_level: Mutex<String>,
     log_control: Option<LogControl>,
     identity: Arc<IdentityKey>,
@@ -97,6 +104,8 @@ pub struct StateParts {
     pub consensus_valid_after: Option<u64>,
     /// When that consensus expires, if any.
     pub consensus_valid_until: Option<u64>,
+    /// That consensus as signed, if any.
+    pub consensus: Option<Vec<u8>>,
     /// Log filter control, when the binary installed one.
     pub log_control: Option<LogControl>,
     /// The node's identity (signs republished descriptors).
@@ -109,6 +118,9 @@ impl DaemonState {
     /// Assemble the state of a started daemon.
     pub fn new(parts: StateParts) -> Arc<Self> {
         let (shutdown, _) = watch::channel(false);
+        let bundle = parts
+            .consensus
+            .map(|c| Arc::new(Bundle::new(c, &parts.directory)));
         Arc::new(DaemonState {
             node: parts.node,
             endpoints: parts.endpoints,
@@ -120,6 +132,8 @@ impl DaemonState {
             directory: Mutex::new(parts.directory),
             consensus_valid_after: Mutex::new(parts.consensus_valid_after),
             consensus_valid_until: Mutex::new(parts.consensus_valid_until),
+            bundle: Mutex::new(bundle),
+            signed: watch::channel(None).0,
             log_control: parts.log_control,
             identity: parts.identity,
             descriptor: Mutex::new(parts.descriptor),
@@ -284,6 +298,9 @@ impl DaemonState {
             .map_err(|reason| nyx_overlay::Error::OverlayConfig { reason })?;
         let held = *lock(&self.consensus_valid_after);
         let trusted = new.trusted(&self.endpoints.data_dir, unix_now(), held)?;
+        let bundle = trusted
+            .consensus
+            .map(|c| Arc::new(Bundle::new(c, &trusted.directory)));
         let (directory, consensus_valid_after, consensus_valid_until) = (
             trusted.directory,
             trusted.consensus_valid_after,
@@ -331,6 +348,7 @@ impl DaemonState {
         // in force.
         *lock(&self.consensus_valid_after) = consensus_valid_after;
         *lock(&self.consensus_valid_until) = consensus_valid_until;
+        *lock(&self.bundle) = bundle;
         *lock(&self.directory) = directory.clone();
         self.node.set_directory(directory).await?;
         tracing::info!(
@@ -340,35 +358,6 @@ impl DaemonState {
             "configuration reloaded"
         );
         Ok(ReloadOutcome { diff, relays })
-    }
-
-    /// When the consensus in force expires (Unix seconds), if relays come from one.
-    pub fn consensus_valid_until(&self) -> Option<u64> {
-        *lock(&self.consensus_valid_until)
-    }
-
-    /// If the consensus in force has expired: stop using its relays, and say so. A newer
-    /// one is taken up by the next reload.
-    pub async fn consensus_expired(&self) -> Result<(), Error> {
-        let until = {
-            let mut slot = lock(&self.consensus_valid_until);
-            match *slot {
-                // A reload may have brought a newer one since the caller looked.
-                Some(until) if until <= unix_now() => slot.take(),
-                _ => None,
-            }
-        };
-        let Some(until) = until else {
-            return Ok(());
-        };
-        tracing::error!(
-            valid_until = until,
-            "the consensus expired: no relays are used until a newer one is loaded \
-             (place it and reload)"
-        );
-        *lock(&self.directory) = Directory::default();
-        self.node.set_directory(Directory::default()).await?;
-        Ok(())
     }
 
     /// Publish the descriptor again with a fresh validity, and with `certs` when the onion
@@ -400,11 +389,12 @@ impl DaemonState {
             directory.to_text(),
         )?;
         *lock(&self.descriptor) = builder;
+        self.signed.send_replace(directory.iter().next().cloned());
         Ok(())
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),

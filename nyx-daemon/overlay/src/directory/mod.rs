@@ -3,15 +3,18 @@
 //!
 //! Sans-IO: callers pass the wall-clock time (Unix seconds) to everything that checks
 //! validity; nothing here touches the file system (the daemon reads directory files).
-//! [`consensus`] holds the authorities' votes and the consensus clients accept; [`testnet`]
+//! [`consensus`] holds the authorities' votes and the consensus clients accept; [`request`]
+//! the messages of a directory stream; [`authority`] a directory authority; [`testnet`]
 //! generates the keys and directory of a local test network.
 
+pub mod authority;
 mod codec;
 pub mod consensus;
 mod descriptor;
 mod document;
 mod error;
 mod policy;
+pub mod request;
 pub mod testnet;
 
 pub use descriptor::{

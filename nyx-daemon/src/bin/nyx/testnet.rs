@@ -2,28 +2,25 @@
 //!
 //! 1. Each daemon gets a data directory and a config: node `i` listens on `127.0.0.i`
 //!    (a free port), relays and exits to loopback only; node 1 also runs the SOCKS5 entry.
-//! 2. Each daemon starts, creates its keys and publishes its descriptor in its data dir.
-//! 3. The descriptors are joined into one directory file, and a consensus of them signed by
-//!    three authority keys this process makes at start (every daemon pins them: it trusts no
-//!    relay the consensus does not list); each daemon reloads both (through its control
-//!    socket). The authorities' votes and consensus are computed here, as they would be by
-//!    authorities exchanging votes, because the daemon has no authority mode yet (issue 19).
-//! 4. Node 1 builds circuits until one succeeds; then the addresses and example commands
-//!    are printed, and a small web server on loopback gives something to fetch.
-//! 5. Ctrl-C (or SIGTERM) shuts every daemon down through its control socket.
+//!    The last three are directory authorities: their keys are made here before they start
+//!    and a free port is picked for them, so that every daemon's config can pin them
+//!    (identity, address, link key).
+//! 2. Each daemon starts and creates its keys (the authorities' exist already); every one
+//!    uploads its descriptor to the authorities and fetches the consensus from them. The
+//!    authorities test each relay, vote every period (`--period`, 16 s by default), exchange
+//!    votes and signatures and publish the consensus; nothing is signed here.
+//! 3. Node 1 builds circuits until one succeeds (once the first consensus is out); then the
+//!    addresses and example commands are printed, and a small web server on loopback gives
+//!    something to fetch.
+//! 4. Ctrl-C (or SIGTERM) shuts every daemon down through its control socket.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nyx_crypto::identity::IdentityKey;
 use nyx_daemon::control::pb;
-use nyx_daemon::daemon::{READY_PREFIX, Ready, files};
-use nyx_overlay::directory::Directory;
-use nyx_overlay::directory::consensus::{
-    ConsensusBody, Period, UnverifiedConsensus, Vote, compute, sign_body, vote_status,
-};
+use nyx_daemon::daemon::{READY_PREFIX, Ready, files, trust};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
@@ -53,6 +50,9 @@ pub(crate) struct TestnetArgs {
     /// Log filter of the daemons (their logs go to `<dir>/nodeN/daemon.log`).
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// The authorities' voting period in seconds (at least 8): a new consensus this often.
+    #[arg(long, default_value_t = 16)]
+    period: u64,
 }
 
 /// One daemon of the testnet.
@@ -100,39 +100,53 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
         args.nodes,
         dir.display()
     );
-    let authorities = (0..AUTHORITIES)
-        .map(|_| IdentityKey::generate())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Failure::Call(format!("authority keys: {e}")))?;
-    let pinned: Vec<String> = authorities
-        .iter()
-        .map(|a| nyx_daemon::daemon::trust::authority_hex(&a.public()))
-        .collect();
+    if args.period < 8 {
+        return Err(Failure::Usage(format!(
+            "--period {}: at least 8 seconds",
+            args.period
+        )));
+    }
+    let authorities = (args.nodes - AUTHORITIES + 1..=args.nodes)
+        .map(|i| prepare_authority(&dir, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let pinned: Vec<String> = authorities.iter().map(|a| a.line.clone()).collect();
     let mut members: Vec<Member> = Vec::new();
     let result = async {
         for i in 1..=args.nodes {
-            let member =
-                start_member(&dir, i, &transport, socks_port, &args.log_level, &pinned).await?;
+            let role = match authorities.iter().find(|a| a.index == i) {
+                Some(a) => Role::Authority {
+                    listen: a.listen,
+                    period: args.period,
+                },
+                None => Role::Relay,
+            };
+            let settings = MemberSettings {
+                transport: &transport,
+                socks_port,
+                log_level: &args.log_level,
+                authorities: &pinned,
+                role,
+            };
+            let member = start_member(&dir, i, &settings).await?;
             eprintln!(
-                "  [{i}/{}] {} up: node {} on {}",
+                "  [{i}/{}] {} up{}: node {} on {}",
                 args.nodes,
                 member.name,
+                if matches!(role, Role::Authority { .. }) {
+                    " (authority)"
+                } else {
+                    ""
+                },
                 &member.ready.node_id[..16.min(member.ready.node_id.len())],
                 member.ready.listen
             );
             members.push(member);
         }
-        let directory = join_directory(&dir, &members)?;
-        sign_consensus(&dir, &directory, &authorities)?;
         eprintln!(
-            "  directory: {} relays, in a consensus signed by {AUTHORITIES} authorities; loading it",
-            directory.len()
+            "  waiting for the first consensus of the {AUTHORITIES} authorities (a period is {} s)",
+            args.period
         );
-        for m in &members {
-            let mut c = client(&m.ready).await?;
-            c.reload_config(pb::ReloadConfigRequest {}).await?;
-        }
-        let circuit = wait_for_circuit(&members[0].ready).await?;
+        let circuit = wait_for_circuit(&members[0].ready, members.len()).await?;
         Ok::<_, Failure>(circuit)
     }
     .await;
@@ -168,39 +182,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
     } else {
         print_banner(&members, &circuit, http, &dir);
     }
-    // Until stopped, act as the authorities would: when a daemon publishes a new descriptor
-    // (its onion keys rotated, or it renewed it), or the consensus is due for replacement,
-    // sign a new consensus and have every daemon load it.
-    let refresh = async {
-        let mut directory_text = std::fs::read_to_string(dir.join("directory.txt")).ok();
-        let mut signed_at = Instant::now();
-        loop {
-            tokio::time::sleep(REFRESH).await;
-            let Ok(directory) = join_directory(&dir, &members) else {
-                continue;
-            };
-            let text = directory.to_text();
-            let due = signed_at.elapsed() >= CONSENSUS_LIFETIME / 2;
-            if directory_text.as_deref() == Some(text.as_str()) && !due {
-                continue;
-            }
-            if let Err(e) = sign_consensus(&dir, &directory, &authorities) {
-                eprintln!("nyx testnet: cannot sign a new consensus: {e:?}");
-                continue;
-            }
-            directory_text = Some(text);
-            signed_at = Instant::now();
-            for m in &members {
-                if let Ok(mut c) = client(&m.ready).await {
-                    let _ = c.reload_config(pb::ReloadConfigRequest {}).await;
-                }
-            }
-        }
-    };
-    tokio::select! {
-        () = stop.wait() => {}
-        () = refresh => {}
-    }
+    stop.wait().await;
     eprintln!("nyx testnet: stopping");
     stop_all(&mut members).await;
     if temporary {
@@ -224,38 +206,90 @@ async fn free_or_fallback(port: u16) -> u16 {
     }
 }
 
-async fn start_member(
-    dir: &Path,
-    i: u8,
-    transport: &str,
+/// What a member is.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    /// A relay (and client).
+    Relay,
+    /// A relay that is also a directory authority, on a fixed address.
+    Authority { listen: SocketAddr, period: u64 },
+}
+
+/// How to configure a member.
+struct MemberSettings<'a> {
+    transport: &'a str,
     socks_port: u16,
-    log_level: &str,
-    authorities: &[String],
-) -> Result<Member, Failure> {
+    log_level: &'a str,
+    /// `directory.authorities` lines.
+    authorities: &'a [String],
+    role: Role,
+}
+
+/// An authority prepared before it starts: its node number, address and pinned line.
+struct PreparedAuthority {
+    index: u8,
+    listen: SocketAddr,
+    line: String,
+}
+
+/// Make node `i`'s keys and pick its port, so that its line can be pinned everywhere.
+fn prepare_authority(dir: &Path, i: u8) -> Result<PreparedAuthority, Failure> {
+    let data = dir.join(format!("node{i}"));
+    files::prepare_data_dir(&data).map_err(|e| Failure::Call(e.to_string()))?;
+    let (keys, _) = files::load_or_create_keys(&data, nyx_node::unix_now())
+        .map_err(|e| Failure::Call(e.to_string()))?;
+    // A free UDP port on its address (QUIC and the UDP transport both listen on UDP).
+    let socket = std::net::UdpSocket::bind(("127.0.0.".to_owned() + &i.to_string(), 0))
+        .and_then(|s| s.local_addr())
+        .map_err(|e| Failure::Call(format!("no free port on 127.0.0.{i}: {e}")))?;
+    let line = trust::authority_line(&keys.identity.public(), socket, keys.link_key.public());
+    Ok(PreparedAuthority {
+        index: i,
+        listen: socket,
+        line,
+    })
+}
+
+async fn start_member(dir: &Path, i: u8, settings: &MemberSettings<'_>) -> Result<Member, Failure> {
     let name = format!("node{i}");
     let data = dir.join(&name);
     files::prepare_data_dir(&data).map_err(|e| Failure::Call(e.to_string()))?;
     let socks = if i == 1 {
-        format!("enabled = true\nlisten = \"127.0.0.1:{socks_port}\"\n")
+        format!(
+            "enabled = true\nlisten = \"127.0.0.1:{}\"\n",
+            settings.socks_port
+        )
     } else {
         "enabled = false\n".to_owned()
     };
+    let (listen, authority) = match settings.role {
+        Role::Relay => (format!("127.0.0.{i}:0"), String::new()),
+        // Relays get Stable after a minute and Guard after two of reachability.
+        Role::Authority { listen, period } => (
+            listen.to_string(),
+            format!(
+                "[authority]\nenabled = true\nperiod = \"{period}s\"\n\
+                 stable_after = \"1m\"\nguard_after = \"2m\"\n"
+            ),
+        ),
+    };
     let config = format!(
         "# Written by `nyx testnet`.\n\
-         listen = [\"127.0.0.{i}:0\"]\n\
+         listen = [\"{listen}\"]\n\
          transport = \"{transport}\"\n\
          data_dir = \"{data}\"\n\
          nickname = \"{name}\"\n\
          [socks]\n{socks}\
-         [directory]\nfile = \"{directory}\"\nconsensus = \"{consensus}\"\n\
-         authorities = [{authorities}]\n\
+         [directory]\nauthorities = [{authorities}]\n\
+         {authority}\
          [relay]\nexit_policy = [\"accept 127.0.0.0/8:*\", \"accept [::1]:*\", \"reject *:*\"]\n\
          [limits]\nhandshakes_per_prefix = {{ per_second = 1000.0, burst = 1000 }}\n\
          [log]\nlevel = \"{log_level}\"\n",
+        transport = settings.transport,
+        log_level = settings.log_level,
         data = data.display(),
-        directory = dir.join("directory.txt").display(),
-        consensus = dir.join(CONSENSUS_FILE).display(),
-        authorities = authorities
+        authorities = settings
+            .authorities
             .iter()
             .map(|a| format!("\"{a}\""))
             .collect::<Vec<_>>()
@@ -304,73 +338,8 @@ async fn start_member(
     }
 }
 
-/// Authorities whose keys every member pins.
-const AUTHORITIES: usize = 3;
-/// How often the testnet looks for new descriptors to sign a new consensus for.
-const REFRESH: Duration = Duration::from_secs(30);
-/// How long a consensus is fresh (a new one is signed halfway).
-const CONSENSUS_LIFETIME: Duration = Duration::from_secs(3600);
-/// The consensus file, beside the directory file.
-const CONSENSUS_FILE: &str = "consensus.bin";
-
-/// Each authority votes for every relay of `directory` (as `vote_status` says), the votes
-/// are combined, every authority signs the result, and it is written beside the directory.
-/// The period starts a minute ago (for clocks a little behind) and lasts as long as the
-/// descriptors do.
-fn sign_consensus(
-    dir: &Path,
-    directory: &Directory,
-    authorities: &[IdentityKey],
-) -> Result<(), Failure> {
-    let now = nyx_node::unix_now();
-    let valid_until = directory
-        .iter()
-        .map(|d| d.valid_until())
-        .min()
-        .unwrap_or(now + 3600);
-    let period = Period {
-        valid_after: now.saturating_sub(60),
-        fresh_until: now + CONSENSUS_LIFETIME.as_secs(),
-        valid_until: valid_until.max(now + CONSENSUS_LIFETIME.as_secs()),
-    };
-    let relays: Vec<_> = directory.iter().map(vote_status).collect();
-    let votes: Vec<Vote> = authorities
-        .iter()
-        .map(|a| Vote {
-            authority: a.node_id(),
-            body: ConsensusBody {
-                period,
-                relays: relays.clone(),
-            },
-        })
-        .collect();
-    let body = compute(&votes, authorities.len()).map_err(|e| Failure::Call(e.to_string()))?;
-    let signatures = authorities.iter().map(|a| sign_body(&body, a)).collect();
-    files::write_atomic(
-        &dir.join(CONSENSUS_FILE),
-        UnverifiedConsensus::new(body, signatures).encode(),
-    )
-    .map_err(|e| Failure::Call(e.to_string()))
-}
-
-/// Join every member's published descriptor into the testnet's directory file.
-fn join_directory(dir: &Path, members: &[Member]) -> Result<Directory, Failure> {
-    let now = nyx_node::unix_now();
-    let mut descriptors = Vec::new();
-    for m in members {
-        let path = Path::new(&m.ready.data_dir).join(files::DESCRIPTOR_FILE);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Failure::Call(format!("{}: {e}", path.display())))?;
-        let (one, _) = Directory::parse(&text, now)
-            .map_err(|e| Failure::Call(format!("{}: {e}", path.display())))?;
-        descriptors.extend(one.iter().cloned());
-    }
-    let directory =
-        Directory::from_descriptors(descriptors).map_err(|e| Failure::Call(e.to_string()))?;
-    files::write_atomic(&dir.join("directory.txt"), directory.to_text())
-        .map_err(|e| Failure::Call(e.to_string()))?;
-    Ok(directory)
-}
+/// Directory authorities among the members (the last ones).
+const AUTHORITIES: u8 = 3;
 
 async fn client(
     ready: &Ready,
@@ -380,31 +349,44 @@ async fn client(
         .map_err(|e| Failure::Call(e.to_string()))
 }
 
-/// Build circuits from node 1 until one succeeds (links come up as they are used).
-async fn wait_for_circuit(ready: &Ready) -> Result<pb::Circuit, Failure> {
+/// How long node 1 may take to build its first circuit (the first consensus comes within
+/// two periods of the start).
+const CIRCUIT_WAIT: Duration = Duration::from_secs(120);
+
+/// Wait until node 1 uses a consensus listing all `nodes` daemons, then build circuits from
+/// it until one succeeds (links come up as they are used).
+async fn wait_for_circuit(ready: &Ready, nodes: usize) -> Result<pb::Circuit, Failure> {
     let mut c = client(ready).await?;
     let started = Instant::now();
+    let mut listed = 0;
     loop {
-        match c
-            .build_circuit(pb::BuildCircuitRequest {
+        if listed < nodes {
+            listed = c.get_info(pb::GetInfoRequest {}).await?.into_inner().relays as usize;
+        }
+        let attempt = if listed < nodes {
+            Err(format!("the consensus lists {listed} of {nodes} daemons"))
+        } else {
+            c.build_circuit(pb::BuildCircuitRequest {
                 target: String::new(),
             })
             .await
-        {
+            .map_err(|status| status.message().to_owned())
+        };
+        match attempt {
             Ok(r) => {
                 let circuit = r.into_inner();
                 let path: Vec<&str> = circuit.hops.iter().map(|h| h.nickname.as_str()).collect();
                 eprintln!("  circuit built: node1 > {}", path.join(" > "));
                 return Ok(circuit);
             }
-            Err(status) if started.elapsed() < Duration::from_secs(60) => {
-                eprintln!("  waiting for circuits ({})", status.message());
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            Err(why) if started.elapsed() < CIRCUIT_WAIT => {
+                eprintln!("  waiting ({why})");
+                tokio::time::sleep(Duration::from_secs(2)).await;
             }
-            Err(status) => {
+            Err(why) => {
                 return Err(Failure::Call(format!(
-                    "no circuit after 60 s: {}",
-                    status.message()
+                    "no circuit after {} s: {why}",
+                    CIRCUIT_WAIT.as_secs()
                 )));
             }
         }

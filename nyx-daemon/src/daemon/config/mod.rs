@@ -19,7 +19,7 @@ use crate::Error;
 use nyx_node::NodeSettings;
 use nyx_overlay::circuit::LiveLimits;
 use nyx_overlay::directory::{ExitPolicy, MAX_NICKNAME_LEN};
-pub use sections::{ControlConfig, LogConfig, LogFormat, TelemetryConfig};
+pub use sections::{AuthoritySection, ControlConfig, LogConfig, LogFormat, TelemetryConfig};
 
 /// Everything `nyx-daemon` reads from its TOML file. Every field has a default, so an empty
 /// file (or no file) is a working client-and-relay node on 127.0.0.1.
@@ -50,6 +50,8 @@ pub struct DaemonConfig {
     pub log: LogConfig,
     /// Metrics and trace export.
     pub telemetry: TelemetryConfig,
+    /// Running as a directory authority.
+    pub authority: AuthoritySection,
 }
 
 /// `[socks]`: the SOCKS5 entry.
@@ -86,9 +88,13 @@ pub struct DirectorySection {
     /// inside `data_dir`. Re-read on reload. A missing file means no relays yet (the node
     /// still relays for others). Default `directory.txt`.
     pub file: PathBuf,
-    /// The directory authorities' identity keys (64 hex digits each). When set, only the
-    /// relays of a consensus signed by more than half of them are used, with the
-    /// descriptors `file` holds; `file` alone is never trusted. Default: none.
+    /// The directory authorities: `IDENTITY` (an identity key, 64 hex digits) or
+    /// `IDENTITY ADDRESS LINK_KEY` (also where to reach it: `ip:port` and the base64 of its
+    /// link key). When set, only the relays of a consensus signed by more than half of them
+    /// are used; `file` alone is never trusted. The daemon then fetches the consensus from
+    /// the authorities it can reach (and from relays once it has one), uploads its own
+    /// descriptor to them, and keeps the last good consensus in `consensus` and its
+    /// descriptors in `file`. Default: none.
     pub authorities: Vec<String>,
     /// The consensus (relative paths are inside `data_dir`); re-read on reload, refused when
     /// older than the one in force. Used only with `authorities`. Default `consensus.bin`.
@@ -144,6 +150,7 @@ impl Default for DaemonConfig {
             limits: LimitsConfig::default(),
             log: LogConfig::default(),
             telemetry: TelemetryConfig::default(),
+            authority: AuthoritySection::default(),
         }
     }
 }
@@ -227,6 +234,18 @@ impl DaemonConfig {
         }
         if let Err(reason) = crate::daemon::trust::parse_authorities(&self.directory.authorities) {
             add("directory.authorities", reason);
+        }
+        if self.authority.period < Duration::from_secs(8) {
+            add(
+                "authority.period",
+                format!("{:?} is shorter than 8s", self.authority.period),
+            );
+        }
+        if self.authority.enabled && self.directory.authorities.is_empty() {
+            add(
+                "authority.enabled",
+                "an authority needs directory.authorities (its own key among them)".to_owned(),
+            );
         }
         if self.directory.consensus.as_os_str().is_empty() {
             add("directory.consensus", "must not be empty".to_owned());

@@ -1,5 +1,5 @@
-//! The daemon's own sections of its configuration file: `[control]`, `[log]` and
-//! `[telemetry]`, with their defaults and checks. (`[limits]` is nyx-core's
+//! The daemon's own sections of its configuration file: `[control]`, `[log]`,
+//! `[telemetry]` and `[authority]`, with their defaults and checks. (`[limits]` is nyx-core's
 //! [`LimitsConfig`](nyx_core::config::LimitsConfig), shared with anyone who runs a node.)
 
 use std::net::SocketAddr;
@@ -152,5 +152,36 @@ impl TelemetryConfig {
             ));
         }
         p
+    }
+}
+
+/// `[authority]`: run this daemon as a directory authority. Its own identity key must be
+/// among `directory.authorities`, and every authority must be configured with the same list
+/// and period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthoritySection {
+    /// Whether this daemon is an authority. Default false.
+    pub enabled: bool,
+    /// How long one consensus is the newest (at least 8 s; periods start at multiples of it
+    /// in Unix time). Default `1h`.
+    #[serde(with = "humantime_serde")]
+    pub period: Duration,
+    /// Continuous reachability before a relay gets the Stable flag. Default `1d`.
+    #[serde(with = "humantime_serde")]
+    pub stable_after: Duration,
+    /// Continuous reachability before a Stable relay gets the Guard flag. Default `8d`.
+    #[serde(with = "humantime_serde")]
+    pub guard_after: Duration,
+}
+
+impl Default for AuthoritySection {
+    fn default() -> Self {
+        AuthoritySection {
+            enabled: false,
+            period: Duration::from_secs(3600),
+            stable_after: Duration::from_secs(24 * 3600),
+            guard_after: Duration::from_secs(8 * 24 * 3600),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! With authorities pinned, only a consensus signed by a majority of them decides which
 //! relays are used; without, the directory file does.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use nyx_crypto::identity::IdentityKey;
@@ -137,10 +138,47 @@ fn authority_keys_are_checked() {
             .len(),
         1
     );
-    for bad in ["", "xyz", &good[..62], &format!("{good}00")] {
+    for bad in ["xyz", &good[..62], &format!("{good}00")] {
         let err = parse_authorities(&[bad.to_owned()]).unwrap_err();
         assert!(err.contains("hex digits"), "{bad:?}: {err}");
     }
     let err = parse_authorities(&[good.clone(), good.to_uppercase()]).unwrap_err();
     assert!(err.contains("twice"), "{err}");
+    for fields in ["", "  ", &format!("{good} 127.0.0.1:9")] {
+        let err = parse_authorities(&[fields.to_owned()]).unwrap_err();
+        assert!(
+            err.contains("IDENTITY ADDRESS LINK_KEY"),
+            "{fields:?}: {err}"
+        );
+    }
+}
+
+/// A whole line names where to reach the authority; `authority_line` writes what
+/// `parse_authority_lines` reads, and bad addresses or link keys are refused with their
+/// reason.
+#[test]
+fn authority_lines_carry_address_and_link_key() {
+    let key = authority(1);
+    let link = nyx_crypto::kem::HybridSecretKey::from_seed(&[9; nyx_crypto::kem::SEED_LEN]);
+    let addr: SocketAddr = "192.0.2.7:9101".parse().unwrap();
+    let line = authority_line(&key.public(), addr, link.public());
+    let parsed = parse_authority_lines(&[line.clone(), hex(&authority(2))]).unwrap();
+    let contact = parsed[0].contact.clone().unwrap();
+    assert_eq!(parsed[0].identity, key.public());
+    assert_eq!(
+        (contact.node_id, contact.addr, &contact.link_key),
+        (key.node_id(), addr, link.public())
+    );
+    assert!(parsed[1].contact.is_none(), "a key alone has no address");
+
+    let fields: Vec<&str> = line.split(' ').collect();
+    let cases = [
+        (format!("{} nowhere {}", fields[0], fields[2]), "ip:port"),
+        (format!("{} {} !!!", fields[0], fields[1]), "base64"),
+        (format!("{} {} AAAA", fields[0], fields[1]), "not one"),
+    ];
+    for (bad, why) in cases {
+        let err = parse_authority_lines(std::slice::from_ref(&bad)).unwrap_err();
+        assert!(err.contains(why), "{bad:?}: {err}");
+    }
 }

@@ -5,8 +5,8 @@ use nyx_core::NodeId;
 use nyx_crypto::identity::{IdentityKey, IdentityPublic, SIGNATURE_LEN};
 
 use super::{
-    CONSENSUS_VERSION, ConsensusBody, ConsensusError, ENTRY_LEN, Flags, MAX_RELAYS, Period,
-    RelayStatus, VOTE_CONTEXT, Vote,
+    BODY_HEADER_LEN, CONSENSUS_VERSION, ConsensusBody, ConsensusError, ENTRY_LEN, Flags,
+    MAX_RELAYS, Period, RelayStatus, VOTE_CONTEXT, Vote,
 };
 use crate::directory::DescriptorError;
 use crate::directory::codec::Reader;
@@ -24,7 +24,7 @@ impl Period {
 impl ConsensusBody {
     /// The canonical encoding (what authorities sign).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(29 + self.relays.len() * ENTRY_LEN);
+        let mut out = Vec::with_capacity(BODY_HEADER_LEN + self.relays.len() * ENTRY_LEN);
         out.push(CONSENSUS_VERSION);
         for t in [
             self.period.valid_after,
@@ -41,6 +41,12 @@ impl ConsensusBody {
             out.extend_from_slice(&r.weight.to_be_bytes());
         }
         out
+    }
+
+    /// SHA-256 of [`encode`](Self::encode): how authorities name the body they signed.
+    pub fn digest(&self) -> [u8; 32] {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(self.encode()).into()
     }
 
     pub(super) fn decode(r: &mut Reader<'_>) -> Result<ConsensusBody, ConsensusError> {

@@ -40,6 +40,14 @@ pub const MAX_CLOCK_SKEW: u64 = super::MAX_CLOCK_SKEW;
 
 /// Bytes of one relay entry: node id, descriptor digest, flags, weight.
 const ENTRY_LEN: usize = 32 + 32 + 1 + 4;
+/// Bytes of a body before its relays: version, three times, relay count.
+const BODY_HEADER_LEN: usize = 1 + 3 * 8 + 4;
+/// Longest vote: authority id, a body of [`MAX_RELAYS`] relays, signature.
+pub const MAX_VOTE_LEN: usize = 32 + BODY_HEADER_LEN + MAX_RELAYS * ENTRY_LEN + 64;
+/// Longest consensus encoding: body length, a body of [`MAX_RELAYS`] relays, signature
+/// count, [`MAX_AUTHORITIES`] signatures.
+pub const MAX_CONSENSUS_LEN: usize =
+    4 + BODY_HEADER_LEN + MAX_RELAYS * ENTRY_LEN + 1 + MAX_AUTHORITIES * (32 + 64);
 
 /// What the authorities say about a relay, as bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -200,10 +208,16 @@ pub const UNMEASURED_WEIGHT_CAP: u32 = 1000;
 
 /// What an authority votes for a relay whose descriptor it holds (and which it found
 /// reachable): Running; Exit if its exit policy lets anything out; its claimed bandwidth
-/// capped at [`UNMEASURED_WEIGHT_CAP`]. Stable and Guard need measured uptime, which
-/// authorities do not keep yet, so they are never set.
+/// capped at [`UNMEASURED_WEIGHT_CAP`]. Stable and Guard need measured uptime: this never
+/// sets them (see [`vote_status_with_uptime`]).
 pub fn vote_status(descriptor: &Descriptor) -> RelayStatus {
-    let mut flags = Flags::RUNNING;
+    vote_status_with_uptime(descriptor, Flags::default())
+}
+
+/// [`vote_status`] plus the flags an authority derived from the relay's measured uptime:
+/// only [`Flags::STABLE`] and [`Flags::GUARD`] of `uptime_flags` are taken.
+pub fn vote_status_with_uptime(descriptor: &Descriptor, uptime_flags: Flags) -> RelayStatus {
+    let mut flags = Flags::RUNNING | Flags(uptime_flags.0 & (Flags::STABLE.0 | Flags::GUARD.0));
     if !descriptor.exit_policy().is_reject_all() {
         flags = flags | Flags::EXIT;
     }

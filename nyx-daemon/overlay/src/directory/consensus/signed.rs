@@ -62,6 +62,16 @@ impl UnverifiedConsensus {
         })
     }
 
+    /// The body, as decoded (not verified).
+    pub fn body(&self) -> &ConsensusBody {
+        &self.body
+    }
+
+    /// The signatures it carries, as decoded: signer and signature (not verified).
+    pub fn signatures(&self) -> &[(NodeId, [u8; SIGNATURE_LEN])] {
+        &self.signatures
+    }
+
     /// The encoding: body length, body, signatures.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(5 + self.body_bytes.len() + self.signatures.len() * 96);

@@ -285,6 +285,26 @@ fn malformed_bytes_are_refused_with_their_reason() {
     assert!(UnverifiedConsensus::decode(&huge).is_err());
 }
 
+#[test]
+fn uptime_flags_add_only_stable_and_guard() {
+    let spec = crate::directory::testnet::TestnetSpec {
+        nodes: 1,
+        exit_policy: crate::directory::ExitPolicy::reject_all(),
+        bandwidth: 5000,
+        ..Default::default()
+    };
+    let (nodes, _) = crate::directory::testnet::generate(&spec, T0).unwrap();
+    let d = &nodes[0].descriptor;
+    assert_eq!(vote_status(d).flags, Flags::RUNNING);
+    let s = vote_status_with_uptime(d, Flags(Flags::ALL));
+    assert_eq!(
+        s.flags,
+        Flags::RUNNING | Flags::STABLE | Flags::GUARD,
+        "Exit comes from the policy alone"
+    );
+    assert_eq!((s.digest, s.weight), (d.digest(), UNMEASURED_WEIGHT_CAP));
+}
+
 fn arb_body() -> impl Strategy<Value = ConsensusBody> {
     (
         any::<u32>(),

@@ -1,0 +1,203 @@
+//! What every daemon that pins directory authorities does on its own behalf: upload its
+//! descriptor to each authority ([`spawn_uploads`]) and keep a current consensus
+//! ([`spawn_fetcher`]).
+//!
+//! Uploads go at start, whenever the descriptor changes (new onion keys, renewal, a new exit
+//! policy) and again every half period, so an authority that restarted (it keeps no
+//! descriptors on disk) lists the relay again; a failed upload is retried with backoff.
+//!
+//! The consensus is fetched at start unless the one on disk is still fresh, then after each
+//! one's fresh-until at a random moment in the next eighth of a period (so that not every
+//! node asks at once), from the authorities first and then from up to
+//! [`CACHES_TRIED`] relays of the consensus held (directory caches); a round that brings
+//! nothing newer is retried with backoff until the consensus expires, and after.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::authority::AuthorityHandle;
+use crate::daemon::DaemonState;
+use nyx_node::{DirectoryPeer, PinnedPeer, unix_now};
+use nyx_overlay::directory::request::{DirRequest, DirResponse};
+
+/// Relays (directory caches) asked in one round after the authorities, at most.
+pub const CACHES_TRIED: usize = 3;
+/// First retry after a failed round or upload; doubled up to [`MAX_RETRY`] (up to
+/// [`MAX_BOOTSTRAP_RETRY`] while no consensus is held, so a new node starts soon after the
+/// first one is out).
+const MIN_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(60);
+const MAX_BOOTSTRAP_RETRY: Duration = Duration::from_secs(8);
+/// Period assumed before any consensus says it.
+const DEFAULT_PERIOD: u64 = 3600;
+
+/// A random number (for jitter and the order of directory servers; not a secret).
+fn random() -> u64 {
+    RandomState::new().build_hasher().finish()
+}
+
+fn shuffle<T>(items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        let j = (random() % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
+/// The period of the consensus held, seconds.
+fn period(state: &DaemonState) -> u64 {
+    state
+        .bundle()
+        .and_then(|b| b.period)
+        .map_or(DEFAULT_PERIOD, |p| {
+            p.fresh_until.saturating_sub(p.valid_after).max(1)
+        })
+}
+
+/// Upload the node's descriptor to every authority in `authorities` (to `local` directly
+/// when this daemon is one of them).
+pub fn spawn_uploads(
+    state: Arc<DaemonState>,
+    authorities: Vec<PinnedPeer>,
+    local: Option<Arc<AuthorityHandle>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let me = state.node.node_id();
+    authorities
+        .into_iter()
+        .map(|peer| {
+            let local = local.clone().filter(|_| peer.node_id == me);
+            tokio::spawn(upload_loop(state.clone(), peer, local))
+        })
+        .collect()
+}
+
+async fn upload_loop(
+    state: Arc<DaemonState>,
+    peer: PinnedPeer,
+    local: Option<Arc<AuthorityHandle>>,
+) {
+    let mut signed = state.subscribe_descriptor();
+    let mut retry = MIN_RETRY;
+    loop {
+        let descriptor = signed.borrow_and_update().clone();
+        let wait = match descriptor {
+            None => Duration::from_secs(period(&state)),
+            Some(descriptor) => {
+                let request = DirRequest::PostDescriptor {
+                    descriptor: descriptor.as_bytes().to_vec(),
+                };
+                let answer = match &local {
+                    Some(authority) => Ok(authority.respond(request)),
+                    None => {
+                        super::request(&state.node, DirectoryPeer::Pinned(peer.clone()), &request)
+                            .await
+                    }
+                };
+                match answer {
+                    Ok(DirResponse::Ok) => {
+                        tracing::debug!(authority = %peer.node_id, "descriptor uploaded");
+                        retry = MIN_RETRY;
+                        Duration::from_secs(period(&state) / 2)
+                    }
+                    Ok(other) => {
+                        tracing::warn!(authority = %peer.node_id, answer = ?other, "descriptor not taken");
+                        Duration::from_secs(period(&state) / 2)
+                    }
+                    Err(e) => {
+                        tracing::info!(authority = %peer.node_id, error = %e, "descriptor upload failed");
+                        let wait = retry;
+                        retry = (retry * 2).min(MAX_RETRY);
+                        wait
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            () = state.shutdown_requested() => return,
+            changed = signed.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Keep a current consensus: see the module documentation.
+pub fn spawn_fetcher(
+    state: Arc<DaemonState>,
+    authorities: Vec<PinnedPeer>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut retry = MIN_RETRY;
+        loop {
+            let wait = match state.bundle().and_then(|b| b.period) {
+                Some(p) if unix_now() < p.fresh_until => {
+                    let spread = (period(&state) / 8).max(1);
+                    Duration::from_secs(p.fresh_until - unix_now() + random() % spread)
+                }
+                _ => Duration::ZERO,
+            };
+            tokio::select! {
+                () = state.shutdown_requested() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            if fetch_round(&state, &authorities).await {
+                retry = MIN_RETRY;
+                continue;
+            }
+            tokio::select! {
+                () = state.shutdown_requested() => return,
+                () = tokio::time::sleep(retry) => {}
+            }
+            let cap = match state.bundle() {
+                Some(_) => MAX_RETRY,
+                None => MAX_BOOTSTRAP_RETRY,
+            };
+            retry = (retry * 2).min(cap);
+        }
+    })
+}
+
+/// Ask the authorities, then a few caches, until one gives a consensus newer than the one
+/// held; true if one was taken up, or the newest was already held.
+async fn fetch_round(state: &DaemonState, authorities: &[PinnedPeer]) -> bool {
+    let me = state.node.node_id();
+    let mut sources: Vec<DirectoryPeer> = authorities
+        .iter()
+        .filter(|a| a.node_id != me)
+        .cloned()
+        .map(DirectoryPeer::Pinned)
+        .collect();
+    shuffle(&mut sources);
+    let mut caches: Vec<DirectoryPeer> = state
+        .directory()
+        .iter()
+        .filter(|d| d.node_id() != me && !authorities.iter().any(|a| a.node_id == d.node_id()))
+        .map(|d| DirectoryPeer::Relay(Box::new(d.clone())))
+        .collect();
+    shuffle(&mut caches);
+    sources.extend(caches.into_iter().take(CACHES_TRIED));
+    for source in sources {
+        let from = source.node_id();
+        let newer_than = state.consensus_valid_after().unwrap_or(0);
+        let request = DirRequest::GetConsensus { newer_than };
+        match super::request(&state.node, source, &request).await {
+            Ok(DirResponse::Consensus {
+                consensus,
+                descriptors,
+            }) => match state.adopt_consensus(from, consensus, &descriptors).await {
+                Ok(_) => return true,
+                Err(e) => tracing::warn!(error = %e, "consensus refused"),
+            },
+            Ok(DirResponse::NotModified | DirResponse::NotFound) => {}
+            Ok(other) => tracing::info!(%from, answer = ?other, "no consensus from this server"),
+            Err(e) => tracing::info!(error = %e, "directory server unreachable"),
+        }
+    }
+    let expired = state
+        .consensus_valid_until()
+        .is_none_or(|until| until <= unix_now());
+    if expired {
+        tracing::warn!("no current consensus: no directory server had one");
+    }
+    false
+}

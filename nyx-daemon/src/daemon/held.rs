@@ -1,0 +1,141 @@
+//! The consensus a daemon holds: when it expires, what it serves as a directory cache
+//! ([`Bundle`]), and adopting a newer one fetched from a directory server.
+
+use std::sync::Arc;
+
+use super::state::{DaemonState, lock};
+use super::{files, trust};
+use crate::Error;
+use nyx_core::NodeId;
+use nyx_node::unix_now;
+use nyx_overlay::directory::consensus::{Period, UnverifiedConsensus};
+use nyx_overlay::directory::{Descriptor, Directory};
+
+/// A consensus as signed and the descriptors of the relays it lists (in its order): what a
+/// directory cache serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bundle {
+    /// Its encoding.
+    pub consensus: Vec<u8>,
+    /// The descriptors, as signed.
+    pub descriptors: Vec<Vec<u8>>,
+    /// When it applies (none if its bytes do not decode, which a verified one always does).
+    pub period: Option<Period>,
+}
+
+impl Bundle {
+    /// The bundle of `consensus` with the descriptors of `directory` (its relays).
+    pub fn new(consensus: Vec<u8>, directory: &Directory) -> Self {
+        let period = UnverifiedConsensus::decode(&consensus)
+            .ok()
+            .map(|c| c.body().period);
+        Bundle {
+            consensus,
+            descriptors: directory.iter().map(|d| d.as_bytes().to_vec()).collect(),
+            period,
+        }
+    }
+}
+
+impl DaemonState {
+    /// When the consensus in force expires (Unix seconds), if relays come from one.
+    pub fn consensus_valid_until(&self) -> Option<u64> {
+        *lock(&self.consensus_valid_until)
+    }
+
+    /// If the consensus in force has expired: stop using its relays, and say so. A newer
+    /// one is taken up by the next reload.
+    pub async fn consensus_expired(&self) -> Result<(), Error> {
+        let until = {
+            let mut slot = lock(&self.consensus_valid_until);
+            match *slot {
+                // A reload may have brought a newer one since the caller looked.
+                Some(until) if until <= unix_now() => slot.take(),
+                _ => None,
+            }
+        };
+        let Some(until) = until else {
+            return Ok(());
+        };
+        tracing::error!(
+            valid_until = until,
+            "the consensus expired: no relays are used until a newer one is loaded \
+             (place it and reload)"
+        );
+        *lock(&self.bundle) = None;
+        *lock(&self.directory) = Directory::default();
+        self.node.set_directory(Directory::default()).await?;
+        Ok(())
+    }
+
+    /// The consensus this daemon serves as a directory cache, if it holds one.
+    pub fn bundle(&self) -> Option<Arc<Bundle>> {
+        lock(&self.bundle).clone()
+    }
+
+    /// The descriptor this node publishes, as last signed (changes when it is signed again).
+    pub fn subscribe_descriptor(&self) -> tokio::sync::watch::Receiver<Option<Descriptor>> {
+        self.signed.subscribe()
+    }
+
+    /// `valid_after` of the consensus in force, if any.
+    pub fn consensus_valid_after(&self) -> Option<u64> {
+        *lock(&self.consensus_valid_after)
+    }
+
+    /// Take up a consensus fetched from `from`: checked against the pinned authorities (a
+    /// majority of valid signatures, valid now, not older than the one in force), saved to
+    /// the consensus and directory files (so the next start begins from it), and its
+    /// relays, with the descriptors among `descriptors` it names, used from now on. Returns
+    /// false when it is the one already in force.
+    pub async fn adopt_consensus(
+        &self,
+        from: NodeId,
+        consensus: Vec<u8>,
+        descriptors: &[Vec<u8>],
+    ) -> Result<bool, Error> {
+        let config = self.config();
+        let refused = |source| Error::ConsensusRefused {
+            from: from.to_string(),
+            source,
+        };
+        // The configuration was validated when it was loaded.
+        let authorities =
+            trust::parse_authorities(&config.directory.authorities).unwrap_or_default();
+        let held = self.consensus_valid_after();
+        let now = unix_now();
+        let unverified = UnverifiedConsensus::decode(&consensus).map_err(refused)?;
+        if Some(unverified.body().period.valid_after) == held {
+            return Ok(false);
+        }
+        let verified = unverified
+            .verify(&authorities, now, held)
+            .map_err(refused)?;
+        let offered = descriptors
+            .iter()
+            .filter_map(|bytes| Descriptor::decode(bytes, now).ok());
+        let trusted = trust::adopt(verified, consensus, offered)?;
+        let data_dir = &self.endpoints.data_dir;
+        files::write_atomic(
+            &data_dir.join(&config.directory.file),
+            trusted.directory.to_text(),
+        )?;
+        let Some(bytes) = trusted.consensus else {
+            return Ok(false);
+        };
+        files::write_atomic(&data_dir.join(&config.directory.consensus), &bytes)?;
+        let bundle = Arc::new(Bundle::new(bytes, &trusted.directory));
+        let relays = trusted.directory.len();
+        *lock(&self.consensus_valid_after) = trusted.consensus_valid_after;
+        *lock(&self.consensus_valid_until) = trusted.consensus_valid_until;
+        *lock(&self.bundle) = Some(bundle);
+        *lock(&self.directory) = trusted.directory.clone();
+        self.node.set_directory(trusted.directory).await?;
+        tracing::info!(
+            relays,
+            valid_after = trusted.consensus_valid_after,
+            "new consensus in force"
+        );
+        Ok(true)
+    }
+}
