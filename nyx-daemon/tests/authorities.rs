@@ -28,8 +28,9 @@ struct Member {
     process: Option<DaemonProcess>,
 }
 
-/// Three authorities (nodes 1-3, keys and ports chosen before they start) and two relays.
-fn start_network(dir: &Path) -> Vec<Member> {
+/// Three authorities (nodes 1-3, keys and ports chosen before they start) and two relays;
+/// `extra(i)` is added to node `i`'s config (it may hold `[socks]` and `[relay]`).
+fn start_network(dir: &Path, extra: impl Fn(u8) -> String) -> Vec<Member> {
     let mut lines = Vec::new();
     let mut listens = Vec::new();
     for i in 1..=3u8 {
@@ -73,11 +74,12 @@ fn start_network(dir: &Path) -> Vec<Member> {
                 &config,
                 format!(
                     "listen = [\"{listen}\"]\ndata_dir = \"{}\"\nnickname = \"node{i}\"\n\
-                     [socks]\nenabled = false\n\
                      [directory]\nauthorities = [{}]\n{authority}\
-                     [limits]\nhandshakes_per_prefix = {{ per_second = 1000.0, burst = 1000 }}\n",
+                     [limits]\nhandshakes_per_prefix = {{ per_second = 1000.0, burst = 1000 }}\n\
+                     {}",
                     data.display(),
-                    lines.join(", ")
+                    lines.join(", "),
+                    extra(i),
                 ),
             )
             .unwrap();
@@ -101,7 +103,8 @@ fn write_listen_only(data: &Path, addr: SocketAddr) -> PathBuf {
 
 /// The identity key `--authority-line` created in `data`.
 fn identity_of(data: &Path) -> nyx_crypto::identity::IdentityPublic {
-    let (keys, created) = files::load_or_create_keys(data, nyx_node::unix_now()).unwrap();
+    let (keys, created) =
+        files::load_or_create_keys(data, nyx_node::unix_now(), Default::default()).unwrap();
     assert!(!created, "--authority-line made the keys");
     keys.identity.public()
 }
@@ -141,7 +144,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_authorities_make_a_consensus_two_still_do_one_does_not() {
     let dir = temp_dir("authorities");
-    let mut net = start_network(&dir);
+    let mut net = start_network(&dir, |_| "[socks]\nenabled = false\n".to_owned());
 
     // Every daemon uses a consensus listing all five (each uploaded, tested, voted for).
     for (i, m) in net.iter().enumerate() {
@@ -182,6 +185,103 @@ async fn three_authorities_make_a_consensus_two_still_do_one_does_not() {
         still <= last + PERIOD,
         "no consensus was made by one authority"
     );
+    for m in &mut net {
+        if let Some(p) = m.process.take() {
+            assert_eq!(p.stop_with("-TERM"), Some(0));
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The descriptor digests a daemon's saved consensus lists, by relay.
+fn listed_digests(data: &Path) -> Vec<(nyx_core::NodeId, [u8; 32])> {
+    let Ok(bytes) = std::fs::read(data.join("consensus.bin")) else {
+        return Vec::new();
+    };
+    UnverifiedConsensus::decode(&bytes)
+        .map(|c| {
+            c.body()
+                .relays
+                .iter()
+                .map(|r| (r.node_id, r.digest))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A network in fast time: consensus periods of 10 s and onion keys that rotate every 24 s
+/// (20 s of overlap), run through at least three rotations of every relay without
+/// restarting anything. Every relay uploads each new descriptor, the authorities list it,
+/// clients fetch it, and a fetch on a fresh circuit (a new SOCKS isolation group each time)
+/// keeps working throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuits_keep_working_through_onion_key_rotations_and_consensus_periods() {
+    let dir = temp_dir("rotations");
+    let site = nyx_node::testing::WebServer::page("through rotations")
+        .await
+        .unwrap();
+    let socks_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut net = start_network(&dir, |i| {
+        let socks = match i {
+            4 => format!("[socks]\nenabled = true\nlisten = \"127.0.0.1:{socks_port}\"\n"),
+            _ => "[socks]\nenabled = false\n".to_owned(),
+        };
+        format!(
+            "{socks}[relay]\nexit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\n\
+             onion_key_period = \"24s\"\nonion_key_overlap = \"20s\"\n"
+        )
+    });
+    for (i, m) in net.iter().enumerate() {
+        eventually(&format!("node{} has all five relays", i + 1), || async {
+            relays(m).await == 5
+        })
+        .await;
+    }
+    let url = format!("http://{}/", site.addr());
+    let socks = format!("127.0.0.1:{socks_port}");
+    let mut seen: std::collections::HashMap<nyx_core::NodeId, std::collections::HashSet<[u8; 32]>> =
+        Default::default();
+    let started = Instant::now();
+    let mut fetches = 0;
+    // Three rotations take 72 s; a little more so the last new descriptors reach clients.
+    while started.elapsed() < Duration::from_secs(84) {
+        let (socks, url) = (socks.clone(), url.clone());
+        let user = format!("rotation{fetches}:x");
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new("curl")
+                .args(["--silent", "--show-error", "--max-time", "30"])
+                .args(["--socks5-hostname", &socks, "--proxy-user", &user, &url])
+                .output()
+                .expect("curl must be installed (.ci/run installs it)")
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success() && out.stdout.ends_with(b"through rotations"),
+            "fetch {fetches} after {:?}: {}",
+            started.elapsed(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        fetches += 1;
+        for (relay, digest) in listed_digests(&net[3].data) {
+            seen.entry(relay).or_default().insert(digest);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Every relay was listed with at least four descriptors: the first and three rotations.
+    assert_eq!(seen.len(), 5);
+    for (relay, digests) in &seen {
+        assert!(
+            digests.len() >= 4,
+            "{relay}: {} descriptors listed",
+            digests.len()
+        );
+    }
+    assert_eq!(relays(&net[3]).await, 5, "every relay is still listed");
     for m in &mut net {
         if let Some(p) = m.process.take() {
             assert_eq!(p.stop_with("-TERM"), Some(0));

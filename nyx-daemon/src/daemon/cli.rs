@@ -104,7 +104,11 @@ fn authority_line(config: &DaemonConfig) -> Result<String, crate::Error> {
         None => super::files::default_data_dir()?,
     };
     super::files::prepare_data_dir(&data_dir)?;
-    let (keys, _) = super::files::load_or_create_keys(&data_dir, nyx_node::unix_now())?;
+    let (keys, _) = super::files::load_or_create_keys(
+        &data_dir,
+        nyx_node::unix_now(),
+        config.onion_key_rotation(),
+    )?;
     Ok(super::trust::authority_line(
         &keys.identity.public(),
         addr,

@@ -84,8 +84,13 @@ pub fn prepare_data_dir(dir: &Path) -> Result<(), Error> {
 }
 
 /// Load the node's keys from `dir`, creating the files on first start; `created` tells
-/// whether they were new. The onion key ring is always fresh (certified from `now_unix`).
-pub fn load_or_create_keys(dir: &Path, now_unix: u64) -> Result<(NodeKeys, bool), Error> {
+/// whether they were new. The onion key ring is always fresh (certified from `now_unix`)
+/// and rotates by `rotation`.
+pub fn load_or_create_keys(
+    dir: &Path,
+    now_unix: u64,
+    rotation: RotationPolicy,
+) -> Result<(NodeKeys, bool), Error> {
     let id_path = dir.join(IDENTITY_FILE);
     let link_path = dir.join(LINK_KEY_FILE);
     let mut created = false;
@@ -105,7 +110,7 @@ pub fn load_or_create_keys(dir: &Path, now_unix: u64) -> Result<(NodeKeys, bool)
         created = true;
         key
     };
-    let mut onion_keys = OnionKeyRing::new(RotationPolicy::default())?;
+    let mut onion_keys = OnionKeyRing::new(rotation)?;
     onion_keys.rotate(&identity, now_unix)?;
     Ok((
         NodeKeys {
@@ -226,11 +231,13 @@ mod tests {
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join("keys")), 0o700);
-        let (keys, created) = load_or_create_keys(&dir, 1_000_000).unwrap();
+        let (keys, created) =
+            load_or_create_keys(&dir, 1_000_000, RotationPolicy::default()).unwrap();
         assert!(created);
         assert_eq!(mode(&dir.join(IDENTITY_FILE)), 0o600);
         assert_eq!(mode(&dir.join(LINK_KEY_FILE)), 0o600);
-        let (again, created) = load_or_create_keys(&dir, 1_000_000).unwrap();
+        let (again, created) =
+            load_or_create_keys(&dir, 1_000_000, RotationPolicy::default()).unwrap();
         assert!(!created);
         assert_eq!(again.identity.node_id(), keys.identity.node_id());
         assert_eq!(again.link_key.public(), keys.link_key.public());
@@ -247,10 +254,12 @@ mod tests {
             fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
             0o700
         );
-        load_or_create_keys(&dir, 1).unwrap();
+        load_or_create_keys(&dir, 1, RotationPolicy::default()).unwrap();
         let id = dir.join(IDENTITY_FILE);
         fs::set_permissions(&id, fs::Permissions::from_mode(0o644)).unwrap();
-        let err = load_or_create_keys(&dir, 1).unwrap_err().to_string();
+        let err = load_or_create_keys(&dir, 1, RotationPolicy::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("identity.key"), "{err}");
         fs::remove_dir_all(&dir).unwrap();
     }

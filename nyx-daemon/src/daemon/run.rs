@@ -97,7 +97,8 @@ impl Daemon {
         };
         files::prepare_data_dir(&data_dir)?;
         let now = unix_now();
-        let (keys, new_keys) = files::load_or_create_keys(&data_dir, now)?;
+        let (keys, new_keys) =
+            files::load_or_create_keys(&data_dir, now, config.onion_key_rotation())?;
         let identity = keys.identity.clone();
         let guards_path = data_dir.join(files::GUARDS_FILE);
         let saved_guards = files::read_guards(&guards_path)?;

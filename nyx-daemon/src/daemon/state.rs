@@ -336,7 +336,15 @@ impl DaemonState {
         // Keys that need a restart keep their running values.
         let mut applied = old;
         applied.directory = new.directory;
+        let rotation = (
+            applied.relay.onion_key_period,
+            applied.relay.onion_key_overlap,
+        );
         applied.relay = new.relay;
+        (
+            applied.relay.onion_key_period,
+            applied.relay.onion_key_overlap,
+        ) = rotation;
         applied.limits.link_cells = new.limits.link_cells;
         applied.limits.circuit_cells = new.limits.circuit_cells;
         applied.limits.circuit_creates = new.limits.circuit_creates;

@@ -236,7 +236,7 @@ struct PreparedAuthority {
 fn prepare_authority(dir: &Path, i: u8) -> Result<PreparedAuthority, Failure> {
     let data = dir.join(format!("node{i}"));
     files::prepare_data_dir(&data).map_err(|e| Failure::Call(e.to_string()))?;
-    let (keys, _) = files::load_or_create_keys(&data, nyx_node::unix_now())
+    let (keys, _) = files::load_or_create_keys(&data, nyx_node::unix_now(), Default::default())
         .map_err(|e| Failure::Call(e.to_string()))?;
     // A free UDP port on its address (QUIC and the UDP transport both listen on UDP).
     let socket = std::net::UdpSocket::bind(("127.0.0.".to_owned() + &i.to_string(), 0))

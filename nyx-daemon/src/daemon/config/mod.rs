@@ -124,6 +124,15 @@ pub struct RelaySection {
     /// How long the published descriptor is valid. Default `24h`.
     #[serde(with = "humantime_serde")]
     pub descriptor_validity: Duration,
+    /// How often a new onion key is made (Tor's `OnionKeyRotationDays`); the descriptor is
+    /// published again with it. Default `24h`, at least 10 s.
+    #[serde(with = "humantime_serde")]
+    pub onion_key_period: Duration,
+    /// How long before a key expires its successor is published, which is also how long both
+    /// are accepted: clients must get the new descriptor (through a new consensus) within
+    /// it. Default `3h`; shorter than the period.
+    #[serde(with = "humantime_serde")]
+    pub onion_key_overlap: Duration,
 }
 
 impl Default for RelaySection {
@@ -132,6 +141,8 @@ impl Default for RelaySection {
             exit_policy: vec!["reject *:*".to_owned()],
             bandwidth: 1000,
             descriptor_validity: Duration::from_secs(24 * 3600),
+            onion_key_period: Duration::from_secs(24 * 3600),
+            onion_key_overlap: Duration::from_secs(3 * 3600),
         }
     }
 }
@@ -235,6 +246,23 @@ impl DaemonConfig {
         if let Err(reason) = crate::daemon::trust::parse_authorities(&self.directory.authorities) {
             add("directory.authorities", reason);
         }
+        if self.relay.onion_key_period < Duration::from_secs(10) {
+            add(
+                "relay.onion_key_period",
+                format!("{:?} is shorter than 10s", self.relay.onion_key_period),
+            );
+        }
+        if self.relay.onion_key_overlap.is_zero()
+            || self.relay.onion_key_overlap >= self.relay.onion_key_period
+        {
+            add(
+                "relay.onion_key_overlap",
+                format!(
+                    "{:?} must be above zero and shorter than relay.onion_key_period",
+                    self.relay.onion_key_overlap
+                ),
+            );
+        }
         if self.authority.period < Duration::from_secs(8) {
             add(
                 "authority.period",
@@ -310,6 +338,14 @@ impl DaemonConfig {
             now_unix,
             held,
         )
+    }
+
+    /// How the onion keys rotate (`relay.onion_key_period`, `relay.onion_key_overlap`).
+    pub fn onion_key_rotation(&self) -> nyx_crypto::onion_keys::RotationPolicy {
+        nyx_crypto::onion_keys::RotationPolicy {
+            period: self.relay.onion_key_period,
+            overlap: self.relay.onion_key_overlap,
+        }
     }
 
     /// The exit policy of `[relay]`.
