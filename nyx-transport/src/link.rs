@@ -82,6 +82,11 @@ impl UdpLink {
             commands,
         }
     }
+
+    /// The peer's address (where its datagrams come from, checked by the handshake).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
 }
 
 impl CellLink for UdpLink {

@@ -16,6 +16,10 @@ use nyx_overlay::circuit::ExitHandle;
 use nyx_overlay::directory::{ExitPolicy, ExitTarget};
 use nyx_overlay::stream::{DIRECTORY_TARGET, ResetReason, Role, StreamConfig, StreamId, StreamMux};
 
+/// Directory streams one circuit may open over its life; more are reset. A client opens one
+/// per one-hop circuit, so this only bounds what a stranger holds per circuit it builds.
+pub(super) const MAX_DIRECTORY_STREAMS: usize = 4;
+
 /// What every exit stream of a node shares.
 #[derive(Debug)]
 pub(super) struct ExitService {
@@ -64,7 +68,14 @@ impl ExitService {
             messages: rx,
         };
         let service = self.clone();
+        let directory_streams = std::sync::atomic::AtomicUsize::new(0);
         let on_incoming: OnIncoming = Box::new(move |ep: &Endpoint, id, target| {
+            if target == DIRECTORY_TARGET
+                && directory_streams.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    >= MAX_DIRECTORY_STREAMS
+            {
+                return ep.reset(id, ResetReason::ResourceLimit);
+            }
             let stream = NyxStream::new(ep.clone(), id, None);
             tokio::spawn(serve(service.clone(), stream, target));
         });

@@ -45,6 +45,14 @@ impl LinkRef {
         }
     }
 
+    /// Where the peer's end of the link is (the address its handshake answered from).
+    pub(super) fn remote_addr(&self) -> SocketAddr {
+        match self {
+            LinkRef::Quic(l) => l.raw_connection().remote_address(),
+            LinkRef::Udp(l) => l.addr(),
+        }
+    }
+
     pub(super) fn close(&self) {
         if let LinkRef::Quic(l) = self {
             l.close("overlay: link dead");

@@ -217,3 +217,64 @@ async fn unserved_directory_streams_are_refused() {
     assert_eq!(err.kind(), ErrorKind::ResourceLimit, "{err}");
     testnet.shutdown().await;
 }
+
+/// A relay that claims another relay's address and reaches the tester first, over a link
+/// from its real address, still fails: the circuit runs over that link, but the link does
+/// not come from the advertised address.
+async fn an_impostor_that_connected_first_is_refused(transport: TransportKind, net: u8) {
+    let testnet = LocalTestnet::start(LocalTestnetSpec {
+        nodes: 2,
+        net,
+        transport,
+        ..LocalTestnetSpec::default()
+    })
+    .await
+    .unwrap();
+    let now = nyx_node::unix_now();
+    let bind = |host: u8| {
+        let keys = NodeKeys::generate(now).unwrap();
+        let identity = keys.identity.clone();
+        let settings = NodeSettings {
+            transport,
+            listen: SocketAddr::from((Ipv4Addr::new(127, 0, net, host), 0)),
+            ..node_settings()
+        };
+        (nyx_node::BoundNode::bind(keys, settings).unwrap(), identity)
+    };
+    let validity = Duration::from_secs(3600);
+    // The tester, with a descriptor the impostor can reach it by.
+    let (tester, tester_id) = bind(60);
+    let tester_desc = tester
+        .descriptor_builder("tester", 100, now, validity)
+        .sign(&tester_id)
+        .unwrap();
+    let tester = tester.start(Directory::default()).unwrap();
+    // The impostor runs at its own address but publishes node 0's.
+    let (impostor, impostor_id) = bind(61);
+    let mut claim = impostor.descriptor_builder("impostor", 100, now, validity);
+    match transport {
+        TransportKind::Quic => claim.quic_addr = Some(testnet.addrs[0]),
+        TransportKind::Udp => claim.udp_addr = Some(testnet.addrs[0]),
+    }
+    let claim = claim.sign(&impostor_id).unwrap();
+    let impostor = impostor.start(Directory::default()).unwrap();
+    let impostor_handle = impostor.handle();
+    let first = impostor_handle.directory_circuit(DirectoryPeer::Relay(Box::new(tester_desc)));
+    let link = timeout(LONG, first).await.unwrap().unwrap();
+    let handle = tester.handle();
+    let probe = handle.directory_circuit(DirectoryPeer::Relay(Box::new(claim)));
+    let err = timeout(LONG, probe).await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("advertises"), "{err}");
+    drop(link);
+    testnet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impostor_that_connected_first_is_refused_over_quic() {
+    an_impostor_that_connected_first_is_refused(TransportKind::Quic, 65).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impostor_that_connected_first_is_refused_over_udp() {
+    an_impostor_that_connected_first_is_refused(TransportKind::Udp, 66).await;
+}

@@ -7,6 +7,7 @@ use super::state::{DaemonState, lock};
 use super::{files, trust};
 use crate::Error;
 use nyx_core::NodeId;
+use nyx_core::redact::Redacted;
 use nyx_node::unix_now;
 use nyx_overlay::directory::consensus::{Period, UnverifiedConsensus};
 use nyx_overlay::directory::{Descriptor, Directory};
@@ -46,6 +47,7 @@ impl DaemonState {
     /// If the consensus in force has expired: stop using its relays, and say so. A newer
     /// one is taken up by the next reload.
     pub async fn consensus_expired(&self) -> Result<(), Error> {
+        let _one = self.adopting.lock().await;
         let until = {
             let mut slot = lock(&self.consensus_valid_until);
             match *slot {
@@ -86,17 +88,22 @@ impl DaemonState {
     /// Take up a consensus fetched from `from`: checked against the pinned authorities (a
     /// majority of valid signatures, valid now, not older than the one in force), saved to
     /// the consensus and directory files (so the next start begins from it), and its
-    /// relays, with the descriptors among `descriptors` it names, used from now on. Returns
-    /// false when it is the one already in force.
+    /// relays, with the descriptors among `descriptors` it names, used from now on. With
+    /// `complete`, a consensus whose descriptors are not all there is refused: a directory
+    /// server that withholds some would otherwise choose which relays this node uses.
+    /// Returns false when it is the one already in force.
     pub async fn adopt_consensus(
         &self,
         from: NodeId,
         consensus: Vec<u8>,
         descriptors: &[Vec<u8>],
+        complete: bool,
     ) -> Result<bool, Error> {
+        // One adoption (or reload) at a time, so that `held` cannot go back.
+        let _one = self.adopting.lock().await;
         let config = self.config();
         let refused = |source| Error::ConsensusRefused {
-            from: from.to_string(),
+            from: Redacted(from).to_string(),
             source,
         };
         // The configuration was validated when it was loaded.
@@ -115,14 +122,23 @@ impl DaemonState {
             .iter()
             .filter_map(|bytes| Descriptor::decode(bytes, now).ok());
         let trusted = trust::adopt(verified, consensus, offered)?;
+        if complete && trusted.missing > 0 {
+            return Err(Error::DirectoryRequest {
+                to: Redacted(from).to_string(),
+                reason: format!(
+                    "its consensus came without {} of the descriptors it lists",
+                    trusted.missing
+                ),
+            });
+        }
+        let Some(bytes) = trusted.consensus else {
+            return Ok(false);
+        };
         let data_dir = &self.endpoints.data_dir;
         files::write_atomic(
             &data_dir.join(&config.directory.file),
             trusted.directory.to_text(),
         )?;
-        let Some(bytes) = trusted.consensus else {
-            return Ok(false);
-        };
         files::write_atomic(&data_dir.join(&config.directory.consensus), &bytes)?;
         let bundle = Arc::new(Bundle::new(bytes, &trusted.directory));
         let relays = trusted.directory.len();

@@ -71,6 +71,8 @@ pub struct DaemonState {
     pub(super) bundle: Mutex<Option<Arc<Bundle>>>,
     /// The descriptor last signed (the uploader sends it to the authorities).
     pub(super) signed: watch::Sender<Option<Descriptor>>,
+    /// Held while a consensus is taken up or the configuration reloaded.
+    pub(super) adopting: tokio::sync::Mutex<()>,
     log_level: Mutex<String>,
     log_control: Option<LogControl>,
     identity: Arc<IdentityKey>,
@@ -134,6 +136,7 @@ impl DaemonState {
             consensus_valid_until: Mutex::new(parts.consensus_valid_until),
             bundle: Mutex::new(bundle),
             signed: watch::channel(None).0,
+            adopting: tokio::sync::Mutex::new(()),
             log_control: parts.log_control,
             identity: parts.identity,
             descriptor: Mutex::new(parts.descriptor),
@@ -281,6 +284,7 @@ impl DaemonState {
     /// Keys that need a restart are reported and keep their old values. A file that does
     /// not parse or validate changes nothing.
     pub async fn reload(&self) -> Result<ReloadOutcome, Error> {
+        let _one = self.adopting.lock().await;
         let new = match &self.config_path {
             Some(path) => DaemonConfig::load(path)?,
             None => self.config(),

@@ -29,6 +29,8 @@ pub struct Trusted {
     pub consensus_valid_until: Option<u64>,
     /// Its bytes, as signed (a directory cache serves them with `directory`'s descriptors).
     pub consensus: Option<Vec<u8>>,
+    /// Relays it lists whose descriptor was not at hand (they are not used).
+    pub missing: usize,
 }
 
 /// A pinned directory authority: its identity key, and where to reach it when the line
@@ -145,6 +147,7 @@ pub fn load(
             consensus_valid_after: None,
             consensus_valid_until: None,
             consensus: None,
+            missing: 0,
         });
     }
     let bytes = match std::fs::read(consensus_file) {
@@ -156,6 +159,7 @@ pub fn load(
                 consensus_valid_after: held,
                 consensus_valid_until: None,
                 consensus: None,
+                missing: 0,
             });
         }
         Err(source) => {
@@ -195,6 +199,7 @@ pub fn adopt(
         consensus_valid_after: Some(consensus.period().valid_after),
         consensus_valid_until: Some(consensus.period().valid_until),
         consensus: Some(bytes),
+        missing: missing.len(),
     })
 }
 

@@ -1,7 +1,14 @@
 //! One-hop directory circuits: built at the owner's request to a relay it names, outside
-//! path selection and the build policy (one attempt, no blame, no guards), and the
+//! path selection and the build policy (one attempt; a failed build blames nobody), and the
 //! addresses of relays the directory does not list (pinned authorities, relays an authority
 //! tests) so the driver can dial them.
+//!
+//! A circuit to a relay named by its descriptor counts only if the relay is at the address
+//! the descriptor advertises: while such a build waits, a dial to the relay goes to that
+//! address (not the one the directory may hold), and once built, the link it runs over must
+//! come from that address. Otherwise the circuit is closed and the build fails: a relay
+//! that reached this node from elsewhere (another address, a NAT) has not shown that it
+//! answers at the address it publishes.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,25 +33,52 @@ pub(super) struct KnownPeer {
     pub(super) link_key: HybridPublicKey,
 }
 
+/// A directory circuit being built.
+#[derive(Debug)]
+struct Pending {
+    reply: oneshot::Sender<Result<Circuit, Error>>,
+    relay: NodeId,
+    /// The address the relay must be at (a build by descriptor).
+    advertised: Option<SocketAddr>,
+}
+
 /// Directory circuits being built, and addresses learnt from the owner.
 #[derive(Debug, Default)]
 pub(super) struct Direct {
-    builds: HashMap<CircuitHandle, oneshot::Sender<Result<Circuit, Error>>>,
+    builds: HashMap<CircuitHandle, Pending>,
+    /// Directory circuits built and not yet ended.
+    built: std::collections::HashSet<CircuitHandle>,
     known: HashMap<NodeId, KnownPeer>,
 }
 
 impl Direct {
-    /// Where to dial `peer`, if the owner named it.
+    /// Where to dial `peer` if the owner named it: before the directory's address while a
+    /// directory circuit to it is being built (`building`), else after it.
     pub(super) fn known(&self, peer: &NodeId) -> Option<&KnownPeer> {
         self.known.get(peer)
     }
 
+    /// Forget a directory circuit that ended; false if `circuit` is not one.
+    pub(super) fn forget(&mut self, circuit: CircuitHandle) -> bool {
+        self.built.remove(&circuit)
+    }
+
+    /// Whether a directory circuit to `peer` is being built.
+    pub(super) fn building(&self, peer: &NodeId) -> bool {
+        self.builds.values().any(|p| p.relay == *peer)
+    }
+
     fn remember(&mut self, node: NodeId, peer: KnownPeer) {
-        if self.known.len() >= MAX_KNOWN
-            && !self.known.contains_key(&node)
-            && let Some(old) = self.known.keys().next().copied()
-        {
-            self.known.remove(&old);
+        if self.known.len() >= MAX_KNOWN && !self.known.contains_key(&node) {
+            // Keep the addresses builds in flight still need.
+            let spare = self
+                .known
+                .keys()
+                .find(|k| !self.builds.values().any(|p| p.relay == **k))
+                .copied();
+            if let Some(old) = spare {
+                self.known.remove(&old);
+            }
         }
         self.known.insert(node, peer);
     }
@@ -58,16 +92,22 @@ impl Driver {
         reply: oneshot::Sender<Result<Circuit, Error>>,
     ) {
         let now = self.now();
+        let relay = peer.node_id();
+        let mut advertised = None;
         let started = match peer {
             DirectoryPeer::Relay(desc) => {
-                let node = desc.node_id();
                 let addr = desc.addr(self.settings.transport);
                 let onion_key = desc.onion_key(unix_now()).cloned();
                 match (addr, onion_key) {
                     (Some(addr), Some(onion_key)) => {
                         let link_key = desc.link_key().clone();
-                        self.direct.remember(node, KnownPeer { addr, link_key });
-                        self.overlay.build(vec![HopSpec { node, onion_key }], now)
+                        self.direct.remember(relay, KnownPeer { addr, link_key });
+                        advertised = Some(addr);
+                        let hop = HopSpec {
+                            node: relay,
+                            onion_key,
+                        };
+                        self.overlay.build(vec![hop], now)
                     }
                     (None, _) => Err(bad_peer("it has no address for this node's transport")),
                     (_, None) => Err(bad_peer("it has no onion key valid now")),
@@ -78,13 +118,18 @@ impl Driver {
                     addr: p.addr,
                     link_key: p.link_key,
                 };
-                self.direct.remember(p.node_id, known);
-                self.overlay.build_directory(p.node_id, now)
+                self.direct.remember(relay, known);
+                self.overlay.build_directory(relay, now)
             }
         };
         match started {
             Ok(circuit) => {
-                self.direct.builds.insert(circuit, reply);
+                let pending = Pending {
+                    reply,
+                    relay,
+                    advertised,
+                };
+                self.direct.builds.insert(circuit, pending);
             }
             Err(e) => {
                 let _ = reply.send(Err(e.into()));
@@ -95,26 +140,39 @@ impl Driver {
     /// A directory circuit was built: hand it to its requester. False if `circuit` is not
     /// one.
     pub(super) fn direct_built(&mut self, circuit: CircuitHandle) -> bool {
-        let Some(reply) = self.direct.builds.remove(&circuit) else {
+        let Some(pending) = self.direct.builds.remove(&circuit) else {
             return false;
         };
+        let from = self.links.live.get(&pending.relay).map(|l| l.remote_addr());
+        if let Some(advertised) = pending.advertised
+            && from != Some(advertised)
+        {
+            let _ = self.overlay.close(circuit, self.now());
+            let error = bad_peer("its link does not come from the address it advertises");
+            let _ = pending.reply.send(Err(error.into()));
+            return true;
+        }
         let handle = self.own_circuit(circuit);
-        if let Err(Ok(unwanted)) = reply.send(Ok(handle)) {
-            drop(unwanted); // the requester left: closing it tears it down
+        self.direct.built.insert(circuit);
+        if let Err(Ok(mut unwanted)) = pending.reply.send(Ok(handle)) {
+            // The requester left: close it here (dropping the handle would queue a close
+            // on the driver's own command channel, which may be full).
+            unwanted.closed = true;
+            self.close_own(circuit);
         }
         true
     }
 
     /// A directory circuit failed: tell its requester. False if `circuit` is not one.
     pub(super) fn direct_failed(&mut self, circuit: CircuitHandle, reason: DestroyReason) -> bool {
-        let Some(reply) = self.direct.builds.remove(&circuit) else {
+        let Some(pending) = self.direct.builds.remove(&circuit) else {
             return false;
         };
         let error = nyx_overlay::Error::BuildFailed {
             attempts: 1,
             reason,
         };
-        let _ = reply.send(Err(error.into()));
+        let _ = pending.reply.send(Err(error.into()));
         true
     }
 }

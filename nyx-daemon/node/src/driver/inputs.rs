@@ -199,6 +199,7 @@ impl Driver {
     /// Close one of this node's circuits; false if it has none by that handle.
     pub(super) fn close_own(&mut self, circuit: CircuitHandle) -> bool {
         let known = self.circuits.remove(&circuit).is_some();
+        self.direct.forget(circuit);
         let _ = self.overlay.close(circuit, self.now());
         if known {
             let _ = self.events.send(NodeEvent::CircuitClosed {

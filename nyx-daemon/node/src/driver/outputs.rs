@@ -46,14 +46,22 @@ impl Driver {
     pub(super) fn dial(&mut self, peer: NodeId) {
         let now = self.now();
         let transport = self.settings.transport;
-        let known = match self.directory.get(&peer) {
-            Some(desc) => desc
-                .addr(transport)
-                .map(|addr| (addr, desc.link_key().clone())),
-            None => self
-                .direct
+        let named = || {
+            self.direct
                 .known(&peer)
-                .map(|k| (k.addr, k.link_key.clone())),
+                .map(|k| (k.addr, k.link_key.clone()))
+        };
+        let listed = || {
+            self.directory.get(&peer).and_then(|desc| {
+                desc.addr(transport)
+                    .map(|addr| (addr, desc.link_key().clone()))
+            })
+        };
+        // A directory circuit being built goes to the address its owner named.
+        let known = if self.direct.building(&peer) {
+            named().or_else(listed)
+        } else {
+            listed().or_else(named)
         };
         let Some((addr, link_key)) = known else {
             tracing::debug!("asked to reach a relay with no known address");
@@ -92,7 +100,12 @@ impl Driver {
         if direct {
             return;
         }
-        if for_policy && !self.stopping {
+        // A directory circuit that ends blames nobody either.
+        let directory_circuit = matches!(
+            &event,
+            Event::Destroyed { circuit, .. } if self.direct.forget(*circuit)
+        );
+        if for_policy && !self.stopping && !directory_circuit {
             let now = self.now();
             self.policy
                 .handle_event(&event, &mut self.overlay, &self.directory, now, unix_now());

@@ -104,8 +104,9 @@ impl Overlay {
 
     /// Start building a one-hop directory circuit to `relay` with the fast handshake
     /// (CREATE_FAST): no onion key is needed, only a link to the relay, which the driver
-    /// dials by the address and link key it knows (a pinned authority's, for one). Such a
-    /// circuit carries directory requests only; its hop sees this node's link anyway.
+    /// dials by the address and link key it knows (a pinned authority's, for one). It is
+    /// meant for directory requests: its only hop sees this node's link anyway, and its
+    /// keys are only as strong as the link's (the relay does not tell it apart).
     pub fn build_directory(
         &mut self,
         relay: NodeId,

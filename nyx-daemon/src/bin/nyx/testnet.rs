@@ -50,7 +50,7 @@ pub(crate) struct TestnetArgs {
     /// Log filter of the daemons (their logs go to `<dir>/nodeN/daemon.log`).
     #[arg(long, default_value = "info")]
     log_level: String,
-    /// The authorities' voting period in seconds (at least 8): a new consensus this often.
+    /// The authorities' voting period in seconds (at least 16): a new consensus this often.
     #[arg(long, default_value_t = 16)]
     period: u64,
 }
@@ -100,9 +100,10 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
         args.nodes,
         dir.display()
     );
-    if args.period < 8 {
+    let min = nyx_overlay::directory::authority::MIN_PERIOD;
+    if args.period < min {
         return Err(Failure::Usage(format!(
-            "--period {}: at least 8 seconds",
+            "--period {}: at least {min} seconds",
             args.period
         )));
     }

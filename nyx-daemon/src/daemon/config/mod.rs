@@ -263,10 +263,11 @@ impl DaemonConfig {
                 ),
             );
         }
-        if self.authority.period < Duration::from_secs(8) {
+        let min_period = nyx_overlay::directory::authority::MIN_PERIOD;
+        if self.authority.period < Duration::from_secs(min_period) {
             add(
                 "authority.period",
-                format!("{:?} is shorter than 8s", self.authority.period),
+                format!("{:?} is shorter than {min_period}s", self.authority.period),
             );
         }
         if self.authority.enabled && self.directory.authorities.is_empty() {
@@ -284,12 +285,17 @@ impl DaemonConfig {
         if self.relay.bandwidth == 0 {
             add("relay.bandwidth", "must be at least 1".to_owned());
         }
-        if self.relay.descriptor_validity < Duration::from_secs(600) {
+        let max_validity = nyx_overlay::directory::authority::MAX_DESCRIPTOR_VALIDITY;
+        if self.relay.descriptor_validity < Duration::from_secs(600)
+            || self.relay.descriptor_validity > Duration::from_secs(max_validity)
+        {
             add(
                 "relay.descriptor_validity",
                 format!(
-                    "{:?} is shorter than 10 minutes",
-                    self.relay.descriptor_validity
+                    "{:?} is shorter than 10 minutes or longer than {} days (what \
+                     authorities accept)",
+                    self.relay.descriptor_validity,
+                    max_validity / 86_400
                 ),
             );
         }

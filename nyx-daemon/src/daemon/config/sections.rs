@@ -163,7 +163,7 @@ impl TelemetryConfig {
 pub struct AuthoritySection {
     /// Whether this daemon is an authority. Default false.
     pub enabled: bool,
-    /// How long one consensus is the newest (at least 8 s; periods start at multiples of it
+    /// How long one consensus is the newest (at least 16 s; periods start at multiples of it
     /// in Unix time). Default `1h`.
     #[serde(with = "humantime_serde")]
     pub period: Duration,

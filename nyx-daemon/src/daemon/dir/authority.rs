@@ -16,10 +16,16 @@ use crate::daemon::DaemonState;
 use crate::daemon::config::DaemonConfig;
 use crate::daemon::trust::PinnedAuthority;
 use nyx_core::NodeId;
+use nyx_core::redact::Redacted;
 use nyx_crypto::identity::IdentityKey;
 use nyx_node::{DirectoryPeer, PinnedPeer, unix_now};
 use nyx_overlay::directory::authority::{Authority, AuthorityAction, AuthorityConfig};
 use nyx_overlay::directory::request::{DirRequest, DirResponse};
+
+/// Tries of one request to another authority.
+const SEND_ATTEMPTS: usize = 3;
+/// Reachability tests run at once, at most (the authority bounds how many it asks for).
+const MAX_PROBES: usize = 16;
 
 /// An authority shared by the directory streams and its driver.
 #[derive(Debug)]
@@ -84,6 +90,7 @@ pub fn spawn(
             .filter_map(|a| a.contact.clone().map(|c| (c.node_id, c)))
             .collect(),
     );
+    let probes = Arc::new(tokio::sync::Semaphore::new(MAX_PROBES));
     tokio::spawn(async move {
         loop {
             let (actions, deadline) = {
@@ -93,7 +100,7 @@ pub fn spawn(
                 (actions, a.next_deadline())
             };
             for action in actions {
-                execute(action, &authority, &state, &contacts).await;
+                execute(action, &authority, &state, &contacts, &probes).await;
             }
             // Unix seconds to a sleep; at least once a second so a clock step is noticed.
             let wait = deadline
@@ -114,15 +121,32 @@ async fn execute(
     authority: &Arc<AuthorityHandle>,
     state: &Arc<DaemonState>,
     contacts: &Arc<HashMap<NodeId, PinnedPeer>>,
+    probes: &Arc<tokio::sync::Semaphore>,
 ) {
     if let Some((to, request)) = action.request() {
         let Some(peer) = contacts.get(&to).cloned() else {
-            tracing::warn!(authority = %to, "no address for this authority: set it in directory.authorities");
+            tracing::warn!(authority = %Redacted(to), "no address for this authority: set it in directory.authorities");
             return;
         };
         let (authority, node) = (authority.clone(), state.node.clone());
         tokio::spawn(async move {
-            let answer = super::request(&node, DirectoryPeer::Pinned(peer), &request).await;
+            // A few tries a second apart: a vote or signature lost now is lost for the
+            // period (the schedule's next step comes at least a second later).
+            let mut answer = Err(crate::Error::DirectoryRequest {
+                to: String::new(),
+                reason: String::new(),
+            });
+            for attempt in 0..SEND_ATTEMPTS {
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                let peer = DirectoryPeer::Pinned(peer.clone());
+                answer = super::request(&node, peer, &request).await;
+                if answer.is_ok() {
+                    break;
+                }
+            }
+            let to = Redacted(to);
             match (answer, &request) {
                 (Ok(DirResponse::Vote { vote }), DirRequest::GetVote { .. }) => {
                     let handled = authority.lock().handle_vote(&vote, unix_now());
@@ -143,7 +167,11 @@ async fn execute(
     match action {
         AuthorityAction::Probe { descriptor } => {
             let (authority, node) = (authority.clone(), state.node.clone());
+            let probes = probes.clone();
             tokio::spawn(async move {
+                let Ok(_slot) = probes.acquire_owned().await else {
+                    return;
+                };
                 let (relay, digest) = (descriptor.node_id(), descriptor.digest());
                 if relay == node.node_id() {
                     // This daemon is its own relay: reachable while it runs (it cannot
@@ -159,7 +187,7 @@ async fn execute(
                         true
                     }
                     Ok(Err(e)) => {
-                        tracing::debug!(%relay, error = %e, "relay unreachable");
+                        tracing::debug!(relay = %Redacted(relay), error = %e, "relay unreachable");
                         false
                     }
                     Err(_) => false,
@@ -184,7 +212,10 @@ async fn execute(
                     return;
                 };
                 let me = state.node.node_id();
-                match state.adopt_consensus(me, consensus, &descriptors).await {
+                match state
+                    .adopt_consensus(me, consensus, &descriptors, false)
+                    .await
+                {
                     Ok(_) => tracing::info!(valid_after, "consensus published"),
                     Err(e) => tracing::warn!(valid_after, error = %e, "own consensus not taken up"),
                 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use super::authority::AuthorityHandle;
 use crate::daemon::DaemonState;
+use nyx_core::redact::Redacted;
 use nyx_node::{DirectoryPeer, PinnedPeer, unix_now};
 use nyx_overlay::directory::request::{DirRequest, DirResponse};
 
@@ -32,6 +33,8 @@ const MAX_RETRY: Duration = Duration::from_secs(60);
 const MAX_BOOTSTRAP_RETRY: Duration = Duration::from_secs(8);
 /// Period assumed before any consensus says it.
 const DEFAULT_PERIOD: u64 = 3600;
+/// Longest single sleep: waits are checked against the wall clock at least this often.
+const MAX_SLEEP: Duration = Duration::from_secs(60);
 
 /// A random number (for jitter and the order of directory servers; not a secret).
 fn random() -> u64 {
@@ -79,6 +82,7 @@ async fn upload_loop(
 ) {
     let mut signed = state.subscribe_descriptor();
     let mut retry = MIN_RETRY;
+    let authority = Redacted(peer.node_id);
     loop {
         let descriptor = signed.borrow_and_update().clone();
         let wait = match descriptor {
@@ -96,16 +100,16 @@ async fn upload_loop(
                 };
                 match answer {
                     Ok(DirResponse::Ok) => {
-                        tracing::debug!(authority = %peer.node_id, "descriptor uploaded");
+                        tracing::debug!(%authority, "descriptor uploaded");
                         retry = MIN_RETRY;
                         Duration::from_secs(period(&state) / 2)
                     }
                     Ok(other) => {
-                        tracing::warn!(authority = %peer.node_id, answer = ?other, "descriptor not taken");
+                        tracing::warn!(%authority, answer = ?other, "descriptor not taken");
                         Duration::from_secs(period(&state) / 2)
                     }
                     Err(e) => {
-                        tracing::info!(authority = %peer.node_id, error = %e, "descriptor upload failed");
+                        tracing::info!(%authority, error = %e, "descriptor upload failed");
                         let wait = retry;
                         retry = (retry * 2).min(MAX_RETRY);
                         wait
@@ -113,10 +117,21 @@ async fn upload_loop(
                 }
             }
         };
-        tokio::select! {
-            () = state.shutdown_requested() => return,
-            changed = signed.changed() => if changed.is_err() { return },
-            () = tokio::time::sleep(wait) => {}
+        // Wall-clock deadline, slept in short steps so a suspend or a clock step is noticed.
+        let at = unix_now().saturating_add(wait.as_secs().max(1));
+        loop {
+            let left = Duration::from_secs(at.saturating_sub(unix_now()));
+            if left.is_zero() {
+                break;
+            }
+            tokio::select! {
+                () = state.shutdown_requested() => return,
+                changed = signed.changed() => match changed {
+                    Ok(()) => break,
+                    Err(_) => return,
+                },
+                () = tokio::time::sleep(left.min(MAX_SLEEP)) => {}
+            }
         }
     }
 }
@@ -128,17 +143,30 @@ pub fn spawn_fetcher(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut retry = MIN_RETRY;
+        // When to fetch after the consensus held (by its start): drawn once per consensus.
+        let mut due: Option<(u64, u64)> = None;
         loop {
-            let wait = match state.bundle().and_then(|b| b.period) {
-                Some(p) if unix_now() < p.fresh_until => {
-                    let spread = (period(&state) / 8).max(1);
-                    Duration::from_secs(p.fresh_until - unix_now() + random() % spread)
-                }
-                _ => Duration::ZERO,
+            let held = state.bundle().and_then(|b| b.period);
+            let fetch_at = match held {
+                Some(p) if unix_now() < p.fresh_until => match due {
+                    Some((after, at)) if after == p.valid_after => at,
+                    _ => {
+                        let spread = (period(&state) / 8).max(1);
+                        let at = p.fresh_until.saturating_add(random() % spread);
+                        due = Some((p.valid_after, at));
+                        at
+                    }
+                },
+                _ => 0,
             };
-            tokio::select! {
-                () = state.shutdown_requested() => return,
-                () = tokio::time::sleep(wait) => {}
+            let left = Duration::from_secs(fetch_at.saturating_sub(unix_now()));
+            if !left.is_zero() {
+                // Short steps on the wall clock, so a suspend or a clock step is noticed.
+                tokio::select! {
+                    () = state.shutdown_requested() => return,
+                    () = tokio::time::sleep(left.min(MAX_SLEEP)) => {}
+                }
+                continue;
             }
             if fetch_round(&state, &authorities).await {
                 retry = MIN_RETRY;
@@ -158,7 +186,7 @@ pub fn spawn_fetcher(
 }
 
 /// Ask the authorities, then a few caches, until one gives a consensus newer than the one
-/// held; true if one was taken up, or the newest was already held.
+/// held that this node accepts; true if one was taken up.
 async fn fetch_round(state: &DaemonState, authorities: &[PinnedPeer]) -> bool {
     let me = state.node.node_id();
     let mut sources: Vec<DirectoryPeer> = authorities
@@ -184,12 +212,17 @@ async fn fetch_round(state: &DaemonState, authorities: &[PinnedPeer]) -> bool {
             Ok(DirResponse::Consensus {
                 consensus,
                 descriptors,
-            }) => match state.adopt_consensus(from, consensus, &descriptors).await {
+            }) => match state
+                .adopt_consensus(from, consensus, &descriptors, true)
+                .await
+            {
                 Ok(_) => return true,
                 Err(e) => tracing::warn!(error = %e, "consensus refused"),
             },
             Ok(DirResponse::NotModified | DirResponse::NotFound) => {}
-            Ok(other) => tracing::info!(%from, answer = ?other, "no consensus from this server"),
+            Ok(other) => {
+                tracing::info!(from = %Redacted(from), answer = ?other, "no consensus from this server");
+            }
             Err(e) => tracing::info!(error = %e, "directory server unreachable"),
         }
     }

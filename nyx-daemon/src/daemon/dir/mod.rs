@@ -32,7 +32,7 @@ pub async fn request(
     peer: DirectoryPeer,
     request: &DirRequest,
 ) -> Result<DirResponse, Error> {
-    let to = peer.node_id().to_string();
+    let to = nyx_core::redact::Redacted(peer.node_id()).to_string();
     let failed = |reason: String| Error::DirectoryRequest {
         to: to.clone(),
         reason,

@@ -1,5 +1,7 @@
 //! Why an authority refused a descriptor, a vote or a signature, or could not start.
 
+use std::net::IpAddr;
+
 use nyx_core::NodeId;
 
 use crate::directory::DescriptorError;
@@ -31,9 +33,34 @@ pub enum AuthorityError {
         /// The publication time of the one held.
         held: u64,
     },
-    /// As many relays as configured are held.
+    /// A descriptor valid until later than
+    /// [`MAX_DESCRIPTOR_VALIDITY`](super::MAX_DESCRIPTOR_VALIDITY) after its upload.
+    #[error("descriptor valid until {valid_until}, later than {latest} (at most {max} s ahead)", max = super::MAX_DESCRIPTOR_VALIDITY)]
+    ValidityTooLong {
+        /// The descriptor's `valid_until`.
+        valid_until: u64,
+        /// The latest `valid_until` accepted now.
+        latest: u64,
+    },
+    /// As many relays as configured are held, none of them expired, failing its last
+    /// probe or without a successful probe.
     #[error("already holding the most relays allowed ({max})")]
     TooManyRelays {
+        /// The limit.
+        max: usize,
+    },
+    /// As many new relays as configured (`max_unprobed`) wait for their first probe result.
+    #[error("busy: {waiting} new relays wait for their first reachability test; retry later")]
+    Busy {
+        /// How many wait.
+        waiting: usize,
+    },
+    /// The relay would be one more than allowed (`max_relays_per_address`) at one of its
+    /// advertised IP addresses.
+    #[error("already holding {max} relays at {address}")]
+    TooManyAtAddress {
+        /// The address.
+        address: IpAddr,
         /// The limit.
         max: usize,
     },
@@ -85,6 +112,17 @@ pub enum AuthorityError {
     #[error("already holding a signature by {signer}")]
     DuplicateSignature {
         /// The signer.
+        signer: NodeId,
+    },
+    /// As many distinct signatures by one signer as are kept
+    /// ([`MAX_EARLY_SIGNATURES`](super::MAX_EARLY_SIGNATURES)) arrived before this
+    /// authority computed its consensus body.
+    #[error(
+        "already holding {max} unchecked signatures by {signer}; retry once the consensus is computed",
+        max = super::MAX_EARLY_SIGNATURES
+    )]
+    TooManyEarlySignatures {
+        /// The claimed signer.
         signer: NodeId,
     },
     /// Too few votes made no consensus for that period.

@@ -13,8 +13,9 @@
 //! T - p/2     probe every held relay not asked to be probed since T - p
 //! T - p/4     vote: sign this authority's vote, send it to the other authorities
 //! T - 3p/16   fetch the votes of the authorities not heard from
-//! T - p/8     compute the consensus from the votes held, sign it, send the signature;
-//!             publish once signatures by a majority are held
+//! T - p/8     (and at least 1 s after the fetch ran) compute the consensus from the votes
+//!             held, sign it, send the signature; publish once signatures by a majority
+//!             are held
 //! T           the consensus is served from here; fresh until T + p, valid until
 //!             T + validity_periods·p
 //! ```
@@ -25,9 +26,17 @@
 //! [`AuthorityAction::request`] says which authority to send which request; the answer to a
 //! [`AuthorityAction::FetchVote`] goes to [`handle_vote`](Authority::handle_vote).
 //!
-//! Everything a stranger can send is bounded: descriptors by `max_descriptors`, votes to one
-//! per authority and period, signatures to one per authority and period, and only the round
-//! of the upcoming period and the one just started are kept.
+//! With `p` ≥ [`MIN_PERIOD`] every step is at least a second after the one before. An
+//! authority first votes for the first period whose vote time is at least `p/2` after its
+//! start, so that every relay (they upload every `p/2`) could upload and be probed first.
+//!
+//! Everything a stranger can send is bounded: relays by `max_descriptors`, of which at most
+//! `max_unprobed` without a successful probe (one failing a probe before passing one is
+//! forgotten) and `max_relays_per_address` per IP address, each descriptor valid for at
+//! most [`MAX_DESCRIPTOR_VALIDITY`] from its upload; votes to one per authority and period;
+//! signatures to one per authority and period once checked, and up to
+//! [`MAX_EARLY_SIGNATURES`] per authority before they can be; and only the round of the
+//! upcoming period and the one just started are kept.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -42,9 +51,11 @@ mod schedule;
 mod steps;
 
 pub use error::AuthorityError;
+pub use relays::MAX_DESCRIPTOR_VALIDITY;
+pub use round::MAX_EARLY_SIGNATURES;
 pub use schedule::{AuthorityConfig, MIN_PERIOD};
 
-use relays::Relays;
+use relays::{Limits, Relays};
 use round::{Outcome, Published, Round};
 use schedule::Schedule;
 
@@ -148,7 +159,7 @@ pub struct Authority {
 
 impl Authority {
     /// An authority signing with `identity`, started at `now_unix`: it first votes for the
-    /// upcoming period if that vote is not due yet, else for the one after.
+    /// first period whose vote time is at least half a period after `now_unix`.
     pub fn new(
         identity: Arc<IdentityKey>,
         config: AuthorityConfig,
@@ -161,7 +172,12 @@ impl Authority {
             identity,
             me,
             first_round: schedule.first_round(now_unix),
-            relays: Relays::new(config.max_descriptors, schedule.period / 8),
+            relays: Relays::new(Limits {
+                max: config.max_descriptors,
+                max_unprobed: config.max_unprobed,
+                per_address: config.max_relays_per_address,
+                reprobe_after: schedule.period / 8,
+            }),
             schedule,
             config,
             rounds: BTreeMap::new(),
@@ -223,10 +239,14 @@ impl Authority {
     }
 
     /// Hold a relay's descriptor (what [`DirRequest::PostDescriptor`] does): refused when
-    /// it does not decode or verify at `now_unix`, is not newer than the one held, or a new
-    /// relay would exceed `max_descriptors`. A new relay or a new descriptor is probed at
-    /// once (unless the relay was probed less than an eighth of a period ago: then at the
-    /// next scheduled probe).
+    /// it does not decode or verify at `now_unix`, is valid until more than
+    /// [`MAX_DESCRIPTOR_VALIDITY`] after `now_unix`, is not newer than the one held, or would
+    /// put more than `max_relays_per_address` relays at one of its IP addresses; and, for a
+    /// new relay, when `max_unprobed` relays wait for their first successful probe, or
+    /// `max_descriptors` are held after dropping the expired ones and those not reachable
+    /// at their last probe or never. A new relay or a new descriptor is probed at once
+    /// (unless the relay was probed less than an eighth of a period ago: then at the next
+    /// scheduled probe).
     pub fn post_descriptor(&mut self, bytes: &[u8], now_unix: u64) -> Result<(), AuthorityError> {
         if let Some(descriptor) = self.relays.post(bytes, now_unix)? {
             self.actions
@@ -236,7 +256,8 @@ impl Authority {
     }
 
     /// The result of a reachability test of the descriptor `digest` of relay `node`; it
-    /// counts only if that is still the descriptor held.
+    /// counts only if that is still the descriptor held. A relay that fails its test
+    /// without ever having passed one is forgotten.
     pub fn probed(&mut self, node: NodeId, digest: [u8; 32], reachable: bool, now_unix: u64) {
         self.relays.probed(node, digest, reachable, now_unix);
     }
@@ -283,11 +304,11 @@ impl Authority {
     /// When the next step of the schedule is due (Unix seconds; may be past if the driver
     /// was late: then poll at once).
     pub fn next_deadline(&self) -> Option<u64> {
-        let (t, step) = match self.rounds.last_key_value() {
-            Some((&t, round)) => (t, round.step),
-            None => (self.first_round, schedule::Step::Probe),
+        let (t, step, fetched_at) = match self.rounds.last_key_value() {
+            Some((&t, round)) => (t, round.step, round.fetched_at),
+            None => (self.first_round, schedule::Step::Probe, None),
         };
-        self.schedule.at(t, step).or_else(|| {
+        self.schedule.due(t, step, fetched_at).or_else(|| {
             let next = t.saturating_add(self.schedule.period);
             self.schedule.at(next, schedule::Step::Probe)
         })

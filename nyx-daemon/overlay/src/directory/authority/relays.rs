@@ -1,7 +1,13 @@
 //! The relays an authority holds: the newest descriptor of each, when it was last asked to
 //! be probed, and its measured reachability (Running, and uptime for Stable and Guard).
+//!
+//! What a stranger can make it hold is bounded: `max` relays, of which at most
+//! `max_unprobed` without a successful probe yet (one whose first result is a failure is
+//! forgotten at once), at most `per_address` at any IP address, each valid for at most
+//! [`MAX_DESCRIPTOR_VALIDITY`] from its upload.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use nyx_core::NodeId;
@@ -9,6 +15,10 @@ use nyx_core::NodeId;
 use super::AuthorityError;
 use crate::directory::Descriptor;
 use crate::directory::consensus::{Flags, RelayStatus, vote_status_with_uptime};
+
+/// Longest a descriptor may stay valid after it is uploaded, seconds (7 days): one with a
+/// later `valid_until` is refused, so that an uploaded descriptor is held 7 days at most.
+pub const MAX_DESCRIPTOR_VALIDITY: u64 = 7 * 86_400;
 
 /// One relay as the authority knows it.
 #[derive(Debug)]
@@ -32,22 +42,55 @@ pub(super) struct Uptime {
     pub(super) guard_after: u64,
 }
 
-/// The relay table, bounded by `max` relays.
+/// The bounds of the relay table.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    /// Most relays held.
+    pub(super) max: usize,
+    /// Most relays held without a successful probe.
+    pub(super) max_unprobed: usize,
+    /// Most relays held at one IP address.
+    pub(super) per_address: usize,
+    /// A new descriptor of a relay probed less than this long ago waits for the next
+    /// scheduled probe, so that re-uploads cannot make the authority probe at will.
+    pub(super) reprobe_after: u64,
+}
+
+/// The relay table.
 #[derive(Debug)]
 pub(super) struct Relays {
     relays: BTreeMap<NodeId, Relay>,
-    max: usize,
-    /// A new descriptor of a relay probed less than this long ago waits for the next
-    /// scheduled probe, so that re-uploads cannot make the authority probe at will.
-    reprobe_after: u64,
+    /// The held relays no probe of which succeeded yet.
+    unproven: BTreeSet<NodeId>,
+    /// The held relays that passed a probe once and failed their last one.
+    failing: BTreeSet<NodeId>,
+    /// How many held relays advertise each IP address.
+    per_address: BTreeMap<IpAddr, usize>,
+    /// No held descriptor expires before this.
+    next_expiry: u64,
+    limits: Limits,
+}
+
+/// The IP addresses a descriptor advertises (IPv4-mapped IPv6 as IPv4), each once.
+fn addresses(descriptor: &Descriptor) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = [descriptor.quic_addr(), descriptor.udp_addr()]
+        .into_iter()
+        .flatten()
+        .map(|a| a.ip().to_canonical())
+        .collect();
+    ips.dedup();
+    ips
 }
 
 impl Relays {
-    pub(super) fn new(max: usize, reprobe_after: u64) -> Self {
+    pub(super) fn new(limits: Limits) -> Self {
         Relays {
             relays: BTreeMap::new(),
-            max,
-            reprobe_after,
+            unproven: BTreeSet::new(),
+            failing: BTreeSet::new(),
+            per_address: BTreeMap::new(),
+            next_expiry: u64::MAX,
+            limits,
         }
     }
 
@@ -56,21 +99,40 @@ impl Relays {
     }
 
     /// Hold a relay's descriptor (decoded and verified at `now`) if it is new or newer than
-    /// the one held. Returns the descriptor to probe now, if any.
+    /// the one held and within the bounds. Returns the descriptor to probe now, if any.
     pub(super) fn post(
         &mut self,
         bytes: &[u8],
         now: u64,
     ) -> Result<Option<Arc<Descriptor>>, AuthorityError> {
         let descriptor = Arc::new(Descriptor::decode(bytes, now)?);
+        let latest = now.saturating_add(MAX_DESCRIPTOR_VALIDITY);
+        if descriptor.valid_until() > latest {
+            return Err(AuthorityError::ValidityTooLong {
+                valid_until: descriptor.valid_until(),
+                latest,
+            });
+        }
         let node_id = descriptor.node_id();
         let digest = descriptor.digest();
-        if !self.relays.contains_key(&node_id) && self.relays.len() >= self.max {
-            self.drop_expired(now);
-            if self.relays.len() >= self.max {
-                return Err(AuthorityError::TooManyRelays { max: self.max });
+        match self.relays.get(&node_id) {
+            None => self.admit(&descriptor, now)?,
+            Some(held) if held.digest == digest => {}
+            Some(held) => {
+                if descriptor.published() <= held.descriptor.published() {
+                    return Err(AuthorityError::NotNewer {
+                        node_id,
+                        published: descriptor.published(),
+                        held: held.descriptor.published(),
+                    });
+                }
+                let held = Arc::clone(&held.descriptor);
+                self.check_addresses(&descriptor, Some(&held))?;
+                self.count_addresses(&held, false);
+                self.count_addresses(&descriptor, true);
             }
         }
+        self.next_expiry = self.next_expiry.min(descriptor.valid_until());
         let relay = self.relays.entry(node_id).or_insert_with(|| Relay {
             descriptor: Arc::clone(&descriptor),
             digest,
@@ -79,22 +141,25 @@ impl Relays {
             running_since: None,
         });
         if relay.digest != digest {
-            if descriptor.published() <= relay.descriptor.published() {
-                return Err(AuthorityError::NotNewer {
-                    node_id,
-                    published: descriptor.published(),
-                    held: relay.descriptor.published(),
-                });
-            }
+            // A new descriptor at the same addresses with the same link key (new onion keys,
+            // a renewal) keeps the relay's reachability until its next probe: it was shown
+            // at those addresses with that key, and a relay that rotates its onion keys must
+            // not drop out of the next vote while its new descriptor waits for the probe
+            // schedule. Any other change needs a probe of the new descriptor first. The
+            // uptime of the relay carries over either way.
+            let same_place = relay.descriptor.quic_addr() == descriptor.quic_addr()
+                && relay.descriptor.udp_addr() == descriptor.udp_addr()
+                && relay.descriptor.link_key() == descriptor.link_key();
             relay.descriptor = Arc::clone(&descriptor);
             relay.digest = digest;
-            // No result for this descriptor yet; the uptime of the relay carries over.
-            relay.last_success = None;
+            if !same_place {
+                relay.last_success = None;
+            }
         }
         let probe_now = match relay.requested {
             None => true,
             Some((at, requested)) => {
-                requested != digest && now >= at.saturating_add(self.reprobe_after)
+                requested != digest && now >= at.saturating_add(self.limits.reprobe_after)
             }
         };
         if probe_now {
@@ -104,7 +169,82 @@ impl Relays {
         Ok(None)
     }
 
-    /// Record a probe result; ignored unless `digest` is the descriptor held for `node`.
+    /// Make room for a new relay, or say why there is none; counts it as held if there is.
+    fn admit(&mut self, descriptor: &Descriptor, now: u64) -> Result<(), AuthorityError> {
+        self.check_addresses(descriptor, None)?;
+        if self.unproven.len() >= self.limits.max_unprobed {
+            return Err(AuthorityError::Busy {
+                waiting: self.unproven.len(),
+            });
+        }
+        if self.relays.len() >= self.limits.max {
+            self.drop_expired(now);
+        }
+        if self.relays.len() >= self.limits.max {
+            // Relays not reachable at their last probe, or never: they would not be voted.
+            let unreachable: Vec<NodeId> = self.unproven.union(&self.failing).copied().collect();
+            for node in unreachable {
+                self.remove(&node);
+            }
+        }
+        if self.relays.len() >= self.limits.max {
+            return Err(AuthorityError::TooManyRelays {
+                max: self.limits.max,
+            });
+        }
+        self.unproven.insert(descriptor.node_id());
+        self.count_addresses(descriptor, true);
+        Ok(())
+    }
+
+    /// Refuse `descriptor` if one of its addresses has `per_address` relays other than the
+    /// one whose descriptor `held` it replaces.
+    fn check_addresses(
+        &self,
+        descriptor: &Descriptor,
+        held: Option<&Descriptor>,
+    ) -> Result<(), AuthorityError> {
+        let held = held.map(addresses).unwrap_or_default();
+        for address in addresses(descriptor) {
+            let mut others = self.per_address.get(&address).copied().unwrap_or(0);
+            if held.contains(&address) {
+                others = others.saturating_sub(1);
+            }
+            if others >= self.limits.per_address {
+                return Err(AuthorityError::TooManyAtAddress {
+                    address,
+                    max: self.limits.per_address,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn count_addresses(&mut self, descriptor: &Descriptor, add: bool) {
+        for address in addresses(descriptor) {
+            let count = self.per_address.entry(address).or_insert(0);
+            *count = if add {
+                count.saturating_add(1)
+            } else {
+                count.saturating_sub(1)
+            };
+            if *count == 0 {
+                self.per_address.remove(&address);
+            }
+        }
+    }
+
+    /// Forget a relay.
+    fn remove(&mut self, node: &NodeId) {
+        if let Some(relay) = self.relays.remove(node) {
+            self.unproven.remove(node);
+            self.failing.remove(node);
+            self.count_addresses(&relay.descriptor, false);
+        }
+    }
+
+    /// Record a probe result; ignored unless `digest` is the descriptor held for `node`. A
+    /// relay whose first result is a failure is forgotten.
     pub(super) fn probed(&mut self, node: NodeId, digest: [u8; 32], reachable: bool, now: u64) {
         let Some(relay) = self.relays.get_mut(&node) else {
             return;
@@ -115,9 +255,15 @@ impl Relays {
         if reachable {
             relay.last_success = Some(now);
             relay.running_since.get_or_insert(now);
+            self.unproven.remove(&node);
+            self.failing.remove(&node);
+        } else if self.unproven.contains(&node) {
+            tracing::debug!(relay = %node, "relay never reachable: forgotten");
+            self.remove(&node);
         } else {
             relay.last_success = None;
             relay.running_since = None;
+            self.failing.insert(node);
         }
     }
 
@@ -138,7 +284,24 @@ impl Relays {
 
     /// Forget the relays whose descriptor expired.
     pub(super) fn drop_expired(&mut self, now: u64) {
-        self.relays.retain(|_, r| now < r.descriptor.valid_until());
+        if now < self.next_expiry {
+            return;
+        }
+        let expired: Vec<NodeId> = self
+            .relays
+            .iter()
+            .filter(|(_, r)| now >= r.descriptor.valid_until())
+            .map(|(id, _)| *id)
+            .collect();
+        for node in expired {
+            self.remove(&node);
+        }
+        self.next_expiry = self
+            .relays
+            .values()
+            .map(|r| r.descriptor.valid_until())
+            .min()
+            .unwrap_or(u64::MAX);
     }
 
     /// What this authority votes at `now` for the period starting at `valid_after`: every
@@ -180,5 +343,27 @@ impl Relays {
             .get(node)
             .filter(|r| &r.digest == digest)
             .map(|r| &r.descriptor)
+    }
+}
+
+#[cfg(test)]
+impl Relays {
+    /// Panics unless the indexes agree with the table and every bound holds.
+    pub(super) fn check_invariants(&self) {
+        let mut per_address = BTreeMap::new();
+        for relay in self.relays.values() {
+            for address in addresses(&relay.descriptor) {
+                *per_address.entry(address).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(per_address, self.per_address);
+        assert!(per_address.values().all(|&n| n <= self.limits.per_address));
+        assert!(self.relays.len() <= self.limits.max);
+        assert!(self.unproven.len() <= self.limits.max_unprobed);
+        assert!(self.unproven.is_disjoint(&self.failing));
+        let mut indexed = self.unproven.iter().chain(&self.failing);
+        assert!(indexed.all(|id| self.relays.contains_key(id)));
+        let mut expiry = self.relays.values().map(|r| r.descriptor.valid_until());
+        assert!(expiry.all(|until| until >= self.next_expiry));
     }
 }

@@ -16,11 +16,18 @@ use crate::directory::consensus::{
 /// An Ed25519 signature over a consensus body.
 pub(super) type Signature = [u8; SIGNATURE_LEN];
 
+/// Most distinct signatures kept per signer that arrive before this authority computed its
+/// consensus body (they cannot be checked before): a forged one does not displace the real
+/// one, and at most one of them counts.
+pub const MAX_EARLY_SIGNATURES: usize = 4;
+
 /// The state of the round for the period starting at `valid_after`.
 #[derive(Debug)]
 pub(super) struct Round {
     /// The next step of the schedule to run.
     pub(super) step: Step,
+    /// When the fetch step ran (the signing waits a little after it).
+    pub(super) fetched_at: Option<u64>,
     /// This authority's signed vote, once made (what GetVote serves).
     pub(super) own_vote: Option<Vec<u8>>,
     /// The votes held, one per authority (the first kept), this one's included; emptied
@@ -28,9 +35,10 @@ pub(super) struct Round {
     pub(super) votes: BTreeMap<NodeId, Vote>,
     /// The descriptors this authority voted for, by digest, to serve with the consensus.
     pub(super) voted: BTreeMap<[u8; 32], Arc<Descriptor>>,
-    /// Signatures that arrived before this authority computed its body: the latest per
-    /// signer, checked once the body is known.
-    pub(super) pending: BTreeMap<NodeId, ([u8; 32], Signature)>,
+    /// Signatures that arrived before this authority computed its body, with the digest
+    /// they claim to cover: up to [`MAX_EARLY_SIGNATURES`] distinct ones per signer, in
+    /// arrival order, checked once the body is known.
+    pub(super) pending: BTreeMap<NodeId, Vec<([u8; 32], Signature)>>,
     /// How far the consensus got.
     pub(super) outcome: Outcome,
 }
@@ -52,12 +60,31 @@ impl Round {
     pub(super) fn new() -> Self {
         Round {
             step: Step::Probe,
+            fetched_at: None,
             own_vote: None,
             votes: BTreeMap::new(),
             voted: BTreeMap::new(),
             pending: BTreeMap::new(),
             outcome: Outcome::Collecting,
         }
+    }
+
+    /// Hold a signature that arrived before the body was computed.
+    pub(super) fn hold_early(
+        &mut self,
+        signer: NodeId,
+        digest: [u8; 32],
+        signature: &Signature,
+    ) -> Result<(), AuthorityError> {
+        let held = self.pending.entry(signer).or_default();
+        if held.contains(&(digest, *signature)) {
+            return Ok(());
+        }
+        if held.len() >= MAX_EARLY_SIGNATURES {
+            return Err(AuthorityError::TooManyEarlySignatures { signer });
+        }
+        held.push((digest, *signature));
+        Ok(())
     }
 }
 

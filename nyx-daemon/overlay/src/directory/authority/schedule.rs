@@ -8,9 +8,12 @@
 //! T - period/4     vote: sign this authority's vote, send it to the other authorities
 //! T - 3·period/16  fetch the votes of the authorities not heard from
 //! T - period/8     compute the consensus from the votes held, sign it, send the signature
+//!                  (and not before FETCH_TO_SIGN after the fetch step ran)
 //! T                the consensus applies (valid_after); fresh until T + period,
 //!                  valid until T + validity_periods·period
 //! ```
+//!
+//! With `period` ≥ [`MIN_PERIOD`] each step is at least a second after the one before.
 
 use nyx_core::NodeId;
 use nyx_crypto::identity::IdentityPublic;
@@ -18,9 +21,13 @@ use nyx_crypto::identity::IdentityPublic;
 use super::AuthorityError;
 use crate::directory::consensus::{MAX_AUTHORITIES, MAX_RELAYS, Period};
 
-/// Shortest period an authority accepts, seconds (every step of the schedule at its own
-/// second or later than the one before).
-pub const MIN_PERIOD: u64 = 8;
+/// Shortest period an authority accepts, seconds: from 16 on, every step of the schedule
+/// is at least a second after the one before (the fetch strictly before the signing).
+pub const MIN_PERIOD: u64 = 16;
+
+/// The consensus is computed at least this long after the fetch step ran (seconds), so that
+/// the answers to the fetches, which a driver carries out asynchronously, arrive in time.
+pub(super) const FETCH_TO_SIGN: u64 = 1;
 
 /// How an authority runs. Defaults: see each field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +48,12 @@ pub struct AuthorityConfig {
     pub guard_after: u64,
     /// Most relays held. Default 65 536 ([`MAX_RELAYS`], the most a vote lists); 1 to that.
     pub max_descriptors: usize,
+    /// Most held relays without a successful probe yet (a new relay beyond is refused as
+    /// busy). Default 1024; at least 1.
+    pub max_unprobed: usize,
+    /// Most relays held at one IP address (Tor's `AuthDirMaxServersPerAddr`). Default 2;
+    /// at least 1.
+    pub max_relays_per_address: usize,
 }
 
 impl AuthorityConfig {
@@ -53,6 +66,8 @@ impl AuthorityConfig {
             stable_after: 86_400,
             guard_after: 8 * 86_400,
             max_descriptors: MAX_RELAYS,
+            max_unprobed: 1024,
+            max_relays_per_address: 2,
         }
     }
 
@@ -80,6 +95,9 @@ impl AuthorityConfig {
                 "max_descriptors {} is not between 1 and {MAX_RELAYS}",
                 self.max_descriptors
             ));
+        }
+        if self.max_unprobed == 0 || self.max_relays_per_address == 0 {
+            return bad("max_unprobed and max_relays_per_address must be at least 1".into());
         }
         let n = self.authorities.len();
         if n == 0 || n > MAX_AUTHORITIES {
@@ -158,14 +176,26 @@ impl Schedule {
         }
     }
 
-    /// The first period an authority started at `now` votes for: the upcoming one if its
-    /// vote time has not passed, else the one after (an authority never votes late).
-    pub(super) fn first_round(self, now: u64) -> u64 {
-        let t = self.upcoming(now);
-        match self.at(t, Step::Vote) {
-            Some(vote_at) if now > vote_at => t.saturating_add(self.period),
-            _ => t,
+    /// When `step` of the round for the period starting at `t` is due, the fetch step
+    /// having run at `fetched_at`: its time, and for Sign also [`FETCH_TO_SIGN`] after the
+    /// fetch (`None` for Done).
+    pub(super) fn due(self, t: u64, step: Step, fetched_at: Option<u64>) -> Option<u64> {
+        let at = self.at(t, step)?;
+        match (step, fetched_at) {
+            (Step::Sign, Some(f)) => Some(at.max(f.saturating_add(FETCH_TO_SIGN))),
+            _ => Some(at),
         }
+    }
+
+    /// The first period an authority started at `now` votes for: the first whose vote time
+    /// is at least `period/2` after `now`, so that every relay, which uploads its descriptor
+    /// every half period, could upload it (and be probed) before that vote. An authority
+    /// never votes late.
+    pub(super) fn first_round(self, now: u64) -> u64 {
+        let p = self.period;
+        // Vote time t - p/4 ≥ now + p/2: the first period start at or after this.
+        let earliest = now.saturating_add(p / 2).saturating_add(p / 4);
+        earliest.div_ceil(p).saturating_mul(p)
     }
 }
 
@@ -197,8 +227,25 @@ mod tests {
         assert_eq!(s.at(t, Step::Done), None);
         let p = s.period(t);
         assert_eq!((p.fresh_until, p.valid_until), (t + 3600, t + 3 * 3600));
-        assert_eq!(s.first_round(t - 900), t, "started at vote time: votes");
-        assert_eq!(s.first_round(t - 899), t + 3600, "never late");
+        assert_eq!(
+            s.first_round(t - 2700),
+            t,
+            "started half a period before the vote"
+        );
+        assert_eq!(s.first_round(t - 2699), t + 3600, "less: the next period");
+        assert_eq!(
+            s.first_round(t - 3600),
+            t,
+            "started at the period start before"
+        );
+        assert_eq!(s.due(t, Step::Sign, None), Some(t - 450));
+        assert_eq!(s.due(t, Step::Sign, Some(t - 675)), Some(t - 450));
+        assert_eq!(
+            s.due(t, Step::Sign, Some(t - 450)),
+            Some(t - 449),
+            "a fetch run late"
+        );
+        assert_eq!(s.due(t, Step::Fetch, Some(t - 450)), Some(t - 675));
     }
 
     #[test]
@@ -217,6 +264,8 @@ mod tests {
             check(&|c| c.period = u64::MAX / 2),
             check(&|c| c.max_descriptors = 0),
             check(&|c| c.max_descriptors = MAX_RELAYS + 1),
+            check(&|c| c.max_unprobed = 0),
+            check(&|c| c.max_relays_per_address = 0),
             check(&|c| c.authorities.clear()),
             check(&|c| c.authorities = keys(MAX_AUTHORITIES as u8 + 1)),
             check(&|c| c.authorities.push(c.authorities[1])),
@@ -252,11 +301,15 @@ mod tests {
                 .iter()
                 .filter_map(|&step| s.at(t, step))
                 .collect();
-            prop_assert!(times.windows(2).all(|w| w[0] <= w[1]), "{:?}", times);
-            // Voting, fetching and signing are separate seconds; all after the last period began.
-            prop_assert!(times[0] > t - period && times[1] < times[3] && times[3] < t);
+            // Each step at its own second, all after the last period began and before T.
+            prop_assert!(times.windows(2).all(|w| w[0] < w[1]), "{:?}", times);
+            prop_assert!(times[0] > t - period && times[3] < t);
+            // The first vote: the first at least half a period after the start.
             let first = s.first_round(now);
-            prop_assert!(s.at(first, Step::Vote).is_some_and(|v| v >= now));
+            prop_assert!(first > now && first.is_multiple_of(period));
+            prop_assert!(s.at(first, Step::Vote).is_some_and(|v| v >= now + period / 2));
+            let before = first - period;
+            prop_assert!(before <= now || s.at(before, Step::Vote).is_some_and(|v| v < now + period / 2));
         }
     }
 }

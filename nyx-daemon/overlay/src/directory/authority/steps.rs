@@ -10,8 +10,9 @@ use crate::directory::consensus::{ConsensusBody, Vote, compute, sign_body};
 
 impl Authority {
     /// Run the due steps of the upcoming period's round, in order, while no action is
-    /// queued: a step waits until the actions of the one before were taken (so that a driver
-    /// answering them at once, such as the test bus, delivers fetched votes before the
+    /// queued: a step waits until the actions of the one before were taken, and the signing
+    /// also until [`FETCH_TO_SIGN`](super::schedule::FETCH_TO_SIGN) after the fetch ran (so
+    /// that the votes a driver fetches, at once or asynchronously, arrive before the
     /// consensus is computed).
     pub(super) fn run_due_steps(&mut self, now: u64) {
         let schedule = self.schedule;
@@ -24,7 +25,7 @@ impl Authority {
                 return;
             };
             let step = round.step;
-            match schedule.at(t, step) {
+            match schedule.due(t, step, round.fetched_at) {
                 Some(at) if at <= now => {}
                 _ => return,
             }
@@ -37,7 +38,7 @@ impl Authority {
             match step {
                 Step::Probe => self.probe_step(t, now),
                 Step::Vote => self.vote_step(t, now),
-                Step::Fetch => self.fetch_step(t),
+                Step::Fetch => self.fetch_step(t, now),
                 Step::Sign => self.sign_step(t, now),
                 Step::Done => {}
             }
@@ -87,11 +88,12 @@ impl Authority {
     }
 
     /// Ask every authority not heard from for its vote.
-    fn fetch_step(&mut self, t: u64) {
+    fn fetch_step(&mut self, t: u64, now: u64) {
         let others: Vec<NodeId> = self.others().collect();
-        let Some(round) = self.rounds.get(&t) else {
+        let Some(round) = self.rounds.get_mut(&t) else {
             return;
         };
+        round.fetched_at = Some(now);
         for from in others {
             if !round.votes.contains_key(&from) {
                 self.actions.push_back(AuthorityAction::FetchVote {
@@ -123,9 +125,13 @@ impl Authority {
         let mut signed = Signed::new(body);
         let (me, signature) = sign_body(&signed.body, &self.identity);
         signed.signatures.insert(me, signature);
-        for (signer, (digest, sig)) in std::mem::take(&mut round.pending) {
-            if let Err(e) = signed.add(&self.config.authorities, signer, digest, &sig) {
-                tracing::debug!(error = %e, "early signature refused");
+        for (signer, held) in std::mem::take(&mut round.pending) {
+            // At most one counts: the first that verifies.
+            for (digest, sig) in held {
+                match signed.add(&self.config.authorities, signer, digest, &sig) {
+                    Ok(()) => break,
+                    Err(e) => tracing::debug!(error = %e, "early signature refused"),
+                }
             }
         }
         for to in others {
@@ -167,11 +173,8 @@ impl Authority {
             return Err(AuthorityError::RoundClosed { valid_after });
         };
         match &mut round.outcome {
-            Outcome::Collecting => {
-                // Checked once the body is known; the latest per signer is kept.
-                round.pending.insert(signer, (digest, *signature));
-                Ok(())
-            }
+            // Checked once the body is known.
+            Outcome::Collecting => round.hold_early(signer, digest, signature),
             Outcome::Signing(signed) => {
                 signed.add(&self.config.authorities, signer, digest, signature)?;
                 self.try_publish(valid_after, now);

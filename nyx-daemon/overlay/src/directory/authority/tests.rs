@@ -11,9 +11,11 @@ use crate::directory::consensus::{
 };
 
 mod flow;
+mod rounds;
 mod sim;
+mod uploads;
 
-use sim::{Net, P, START, T1, authority_key, call, pinned, relays};
+use sim::{Net, P, START, T1, authority_key, call, pinned, post, probes, relays};
 
 fn period(t: u64) -> Period {
     Period {

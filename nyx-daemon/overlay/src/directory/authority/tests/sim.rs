@@ -1,7 +1,8 @@
 //! A deterministic simulation of authorities: an in-memory bus that carries each action to
 //! the right authority through the directory-stream codec, a reachability table for
 //! probes, and a clock stepped to the earliest deadline. A stopped authority is never
-//! polled and drops whatever is sent to it.
+//! polled and drops whatever is sent to it. One authority's driver may fetch votes
+//! asynchronously: it answers each FetchVote only when it is next woken.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,6 +55,24 @@ pub(super) fn call(authority: &mut Authority, request: DirRequest, now: u64) -> 
     DirResponse::decode(&frame[4..4 + len]).unwrap()
 }
 
+/// Upload `d` to `auth`, through the frames.
+pub(super) fn post(auth: &mut Authority, d: &Descriptor, now: u64) -> DirResponse {
+    let request = DirRequest::PostDescriptor {
+        descriptor: d.as_bytes().to_vec(),
+    };
+    call(auth, request, now)
+}
+
+/// The probes `auth` asks for now, by relay.
+pub(super) fn probes(auth: &mut Authority, now: u64) -> Vec<NodeId> {
+    std::iter::from_fn(|| auth.poll_action(now))
+        .filter_map(|a| match a {
+            AuthorityAction::Probe { descriptor } => Some(descriptor.node_id()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Authorities, the relays' reachability, a clock.
 pub(super) struct Net {
     pub(super) auths: Vec<Authority>,
@@ -69,6 +88,11 @@ pub(super) struct Net {
     pub(super) probes: Vec<(usize, NodeId)>,
     /// Whether votes sent with PostVote are lost (so that they must be fetched).
     pub(super) lose_posted_votes: bool,
+    /// The authority whose driver carries out FetchVote asynchronously: the answer is
+    /// passed to it when the clock next moves, not while its actions are drained.
+    pub(super) async_fetch: Option<usize>,
+    /// Its fetches not answered yet.
+    deferred: Vec<(usize, AuthorityAction)>,
 }
 
 impl Net {
@@ -90,6 +114,8 @@ impl Net {
             refused: Vec::new(),
             probes: Vec::new(),
             lose_posted_votes: false,
+            async_fetch: None,
+            deferred: Vec::new(),
         }
     }
 
@@ -134,6 +160,23 @@ impl Net {
     }
 
     fn deliver(&mut self, from: usize, action: AuthorityAction) {
+        if self.async_fetch == Some(from) && matches!(action, AuthorityAction::FetchVote { .. }) {
+            self.deferred.push((from, action));
+            return;
+        }
+        self.carry(from, action);
+    }
+
+    /// The answers to the asynchronous fetches, now.
+    fn answer_deferred(&mut self) {
+        for (from, action) in std::mem::take(&mut self.deferred) {
+            if self.up[from] {
+                self.carry(from, action);
+            }
+        }
+    }
+
+    fn carry(&mut self, from: usize, action: AuthorityAction) {
         let now = self.now;
         if let AuthorityAction::Probe { descriptor } = &action {
             let node = descriptor.node_id();
@@ -164,9 +207,11 @@ impl Net {
         }
     }
 
-    /// Run the authorities that are up until `end`, stepping the clock to each deadline.
+    /// Run the authorities that are up until `end`, stepping the clock to each deadline
+    /// (and answering the asynchronous fetches after each step).
     pub(super) fn run_until(&mut self, end: u64) {
         loop {
+            self.answer_deferred();
             self.drain();
             let next = (0..self.auths.len())
                 .filter(|&i| self.up[i])
@@ -176,6 +221,7 @@ impl Net {
                 Some(t) if t <= end => self.now = self.now.max(t),
                 _ => {
                     self.now = end;
+                    self.answer_deferred();
                     self.drain();
                     return;
                 }
