@@ -72,6 +72,8 @@ pub struct Directory {
     relays: BTreeMap<NodeId, Descriptor>,
     /// Consensus weights (empty for a directory of descriptors alone).
     weights: BTreeMap<NodeId, u32>,
+    /// Relays the consensus gave the Guard flag (empty for descriptors alone).
+    guards: std::collections::BTreeSet<NodeId>,
 }
 
 fn clip(text: &str) -> String {
@@ -170,6 +172,9 @@ impl Directory {
                 && status.weight > 0
             {
                 dir.weights.insert(status.node_id, status.weight);
+                if status.flags.contains(Flags::GUARD) {
+                    dir.guards.insert(status.node_id);
+                }
                 dir.relays.insert(status.node_id, d);
             }
         }
@@ -181,6 +186,13 @@ impl Directory {
             .filter(|id| !dir.relays.contains_key(id))
             .collect();
         (dir, missing)
+    }
+
+    /// Whether `node` may be sampled as an entry guard: when the consensus gave the Guard
+    /// flag (measured uptime) to any relay here, only those; otherwise (a young network, or
+    /// a directory of descriptors alone) any relay.
+    pub fn may_guard(&self, node: &NodeId) -> bool {
+        self.guards.is_empty() || self.guards.contains(node)
     }
 
     /// The path-selection weight of `d`: its consensus weight when this directory was made

@@ -283,7 +283,8 @@ impl PathSelector {
         None
     }
 
-    /// Sample one more guard from the reachable relays not already guards; false if none.
+    /// Sample one more guard from the reachable relays not already guards that the directory
+    /// lets be guards ([`Directory::may_guard`]); false if none.
     fn sample_guard<R: Rng + ?Sized>(
         &mut self,
         dir: &Directory,
@@ -294,7 +295,7 @@ impl PathSelector {
         let candidates: Vec<&Descriptor> = reachable
             .iter()
             .copied()
-            .filter(|d| !self.guards.contains(&d.node_id()))
+            .filter(|d| !self.guards.contains(&d.node_id()) && dir.may_guard(&d.node_id()))
             .collect();
         match weighted(dir, &candidates, rng) {
             Some(d) => {

@@ -510,3 +510,67 @@ fn restored_guards_are_used_in_their_order_and_pruned_as_usual() {
     capped.restore_guards(&many);
     assert_eq!(capped.sampled_guards().len(), 8);
 }
+
+/// With Guard flags in the consensus, guards are sampled among the flagged relays only; a
+/// consensus without any (a young network) lets any relay be a guard.
+#[test]
+fn guards_come_from_relays_with_the_guard_flag_when_there_are_any() {
+    use crate::directory::consensus::{
+        ConsensusBody, Flags, Period, RelayStatus, UnverifiedConsensus, sign_body,
+    };
+    let policy = ExitPolicy::accept_all();
+    let descriptors: Vec<Descriptor> = (1..=8)
+        .map(|seed| relay(seed, &format!("10.{seed}.0.1"), 100, &policy))
+        .collect();
+    let directory_with = |guard_flags: &[NodeId]| {
+        let mut statuses: Vec<RelayStatus> = descriptors
+            .iter()
+            .map(|d| RelayStatus {
+                node_id: d.node_id(),
+                digest: d.digest(),
+                flags: match guard_flags.contains(&d.node_id()) {
+                    true => Flags::RUNNING | Flags::STABLE | Flags::GUARD,
+                    false => Flags::RUNNING,
+                },
+                weight: 100,
+            })
+            .collect();
+        statuses.sort_by_key(|r| r.node_id);
+        let body = ConsensusBody {
+            period: Period {
+                valid_after: T0 - 10,
+                fresh_until: T0 + 3600,
+                valid_until: T0 + 7200,
+            },
+            relays: statuses,
+        };
+        let authority = IdentityKey::from_seed(&[0xab; 32]);
+        let consensus = UnverifiedConsensus::new(body.clone(), vec![sign_body(&body, &authority)])
+            .verify(&[authority.public()], T0, None)
+            .unwrap();
+        Directory::from_consensus(&consensus, descriptors.iter().cloned()).0
+    };
+    let flagged = [id(2), id(5), id(7)];
+    for seed in 0..20 {
+        let dir = directory_with(&flagged);
+        let mut sel = selector(3);
+        let mut rng = StdRng::seed_from_u64(seed);
+        sel.select(&dir, &ExitRequirement::Any, T0, &mut rng)
+            .unwrap();
+        let guards = sel.guards();
+        assert_eq!(guards.len(), 3);
+        assert!(guards.iter().all(|g| flagged.contains(g)), "{guards:?}");
+    }
+    // No Guard flag anywhere: any relay.
+    let dir = directory_with(&[]);
+    let seen: BTreeSet<NodeId> = (0..20)
+        .flat_map(|seed| {
+            let mut sel = selector(3);
+            let mut rng = StdRng::seed_from_u64(seed);
+            sel.select(&dir, &ExitRequirement::Any, T0, &mut rng)
+                .unwrap();
+            sel.guards()
+        })
+        .collect();
+    assert!(seen.len() > 3, "{} relays were ever guards", seen.len());
+}
