@@ -83,11 +83,29 @@ fn exits_are_weighted_by_bandwidth() {
     assert_exit_shares(&dir, &[(1, 0.1), (2, 0.3), (3, 0.6)]);
 }
 
+/// A consensus of `statuses` valid at `T0`, signed by one authority and verified.
+fn signed_consensus(
+    mut statuses: Vec<crate::directory::consensus::RelayStatus>,
+) -> crate::directory::consensus::Consensus {
+    use crate::directory::consensus::{ConsensusBody, Period, UnverifiedConsensus, sign_body};
+    statuses.sort_by_key(|r| r.node_id);
+    let body = ConsensusBody {
+        period: Period {
+            valid_after: T0 - 10,
+            fresh_until: T0 + 3600,
+            valid_until: T0 + 7200,
+        },
+        relays: statuses,
+    };
+    let authority = IdentityKey::from_seed(&[0xaa; 32]);
+    UnverifiedConsensus::new(body.clone(), vec![sign_body(&body, &authority)])
+        .verify(&[authority.public()], T0, None)
+        .unwrap()
+}
+
 #[test]
 fn a_directory_from_a_consensus_weights_by_the_consensus_not_by_the_claims() {
-    use crate::directory::consensus::{
-        ConsensusBody, Flags, Period, RelayStatus, UnverifiedConsensus, sign_body,
-    };
+    use crate::directory::consensus::{Flags, RelayStatus};
     let policy = ExitPolicy::accept_all();
     // Relay 1 claims an enormous bandwidth; the authorities gave it the smallest weight.
     let claims = [(1, u32::MAX, 100), (2, 100, 300), (3, 100, 600)];
@@ -120,19 +138,7 @@ fn a_directory_from_a_consensus_weights_by_the_consensus_not_by_the_claims() {
         flags: Flags::RUNNING,
         weight: 500,
     });
-    statuses.sort_by_key(|r| r.node_id);
-    let body = ConsensusBody {
-        period: Period {
-            valid_after: T0 - 10,
-            fresh_until: T0 + 3600,
-            valid_until: T0 + 7200,
-        },
-        relays: statuses,
-    };
-    let authority = IdentityKey::from_seed(&[0xaa; 32]);
-    let consensus = UnverifiedConsensus::new(body.clone(), vec![sign_body(&body, &authority)])
-        .verify(&[authority.public()], T0, None)
-        .unwrap();
+    let consensus = signed_consensus(statuses);
     // A descriptor the consensus does not name (another digest for relay 2, and relay 6
     // nobody voted for) is ignored.
     let stale = relay(2, "10.2.0.2", 100, &policy);
@@ -515,15 +521,13 @@ fn restored_guards_are_used_in_their_order_and_pruned_as_usual() {
 /// consensus without any (a young network) lets any relay be a guard.
 #[test]
 fn guards_come_from_relays_with_the_guard_flag_when_there_are_any() {
-    use crate::directory::consensus::{
-        ConsensusBody, Flags, Period, RelayStatus, UnverifiedConsensus, sign_body,
-    };
+    use crate::directory::consensus::{Flags, RelayStatus};
     let policy = ExitPolicy::accept_all();
     let descriptors: Vec<Descriptor> = (1..=8)
         .map(|seed| relay(seed, &format!("10.{seed}.0.1"), 100, &policy))
         .collect();
     let directory_with = |guard_flags: &[NodeId]| {
-        let mut statuses: Vec<RelayStatus> = descriptors
+        let statuses: Vec<RelayStatus> = descriptors
             .iter()
             .map(|d| RelayStatus {
                 node_id: d.node_id(),
@@ -535,20 +539,7 @@ fn guards_come_from_relays_with_the_guard_flag_when_there_are_any() {
                 weight: 100,
             })
             .collect();
-        statuses.sort_by_key(|r| r.node_id);
-        let body = ConsensusBody {
-            period: Period {
-                valid_after: T0 - 10,
-                fresh_until: T0 + 3600,
-                valid_until: T0 + 7200,
-            },
-            relays: statuses,
-        };
-        let authority = IdentityKey::from_seed(&[0xab; 32]);
-        let consensus = UnverifiedConsensus::new(body.clone(), vec![sign_body(&body, &authority)])
-            .verify(&[authority.public()], T0, None)
-            .unwrap();
-        Directory::from_consensus(&consensus, descriptors.iter().cloned()).0
+        Directory::from_consensus(&signed_consensus(statuses), descriptors.iter().cloned()).0
     };
     let flagged = [id(2), id(5), id(7)];
     for seed in 0..20 {
