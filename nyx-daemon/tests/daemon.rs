@@ -501,3 +501,58 @@ async fn relays_come_from_the_pinned_consensus_and_go_when_it_expires() {
     assert_eq!(daemon.stop_with("-TERM"), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A daemon whose onion keys rotate every 10 s (`relay.onion_key_period`) makes new ones while
+/// it runs, says so on the control API, and publishes its descriptor again with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn onion_keys_rotate_while_the_daemon_runs_and_events_say_so() {
+    let dir = temp_dir("rotation-events");
+    let config = dir.join("nyx.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\n[socks]\nenabled = false\n\
+             [relay]\nonion_key_period = \"10s\"\nonion_key_overlap = \"5s\"\n",
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    cmd.arg("--config").arg(&config);
+    let daemon = DaemonProcess::spawn(cmd);
+    let descriptor = Path::new(&daemon.ready.data_dir).join("descriptor.txt");
+    let first = std::fs::read_to_string(&descriptor).unwrap();
+    let mut c = nyx_daemon::control::connect(Path::new(&daemon.ready.control))
+        .await
+        .unwrap();
+    let mut events = c
+        .subscribe_events(pb::SubscribeEventsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    // The first new key comes 5 s after start (10 s period, 5 s overlap); a bound for
+    // liveness only.
+    let rotated = loop {
+        let event = tokio::time::timeout(Duration::from_secs(60), events.message())
+            .await
+            .expect("no ONION_KEYS_ROTATED within 60 s")
+            .unwrap()
+            .unwrap();
+        if event.kind() == pb::EventKind::OnionKeysRotated {
+            break event;
+        }
+    };
+    assert_eq!(rotated.count, 2, "the key in use and its successor");
+    // The descriptor on disk was signed again with the new certificates.
+    let mut again = first.clone();
+    for _ in 0..100 {
+        again = std::fs::read_to_string(&descriptor).unwrap();
+        if again != first {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(again, first, "the descriptor was not published again");
+    assert_eq!(daemon.stop_with("-TERM"), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -514,6 +514,10 @@ impl ControlService {
                 e.message = message;
                 pb::EventKind::Error
             }
+            NodeEvent::OnionKeysRotated { certs } => {
+                e.count = certs.len() as u64;
+                pb::EventKind::OnionKeysRotated
+            }
             _ => return None,
         };
         e.kind = kind.into();

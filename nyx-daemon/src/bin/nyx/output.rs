@@ -193,6 +193,7 @@ pub(crate) fn event(e: &pb::Event, as_json: bool) {
         pb::EventKind::PeerUp | pb::EventKind::PeerDown => short(&e.node_id).to_owned(),
         pb::EventKind::DirectoryChanged => format!("{} relays", e.count),
         pb::EventKind::Lagged => format!("{} events skipped", e.count),
+        pb::EventKind::OnionKeysRotated => format!("{} onion keys in use", e.count),
         pb::EventKind::Error => e.message.clone(),
         pb::EventKind::Unspecified => String::new(),
     };
