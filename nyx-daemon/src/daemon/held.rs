@@ -10,31 +10,31 @@ use nyx_core::NodeId;
 use nyx_core::redact::Redacted;
 use nyx_node::unix_now;
 use nyx_overlay::directory::consensus::{Period, UnverifiedConsensus};
+use nyx_overlay::directory::request::DirResponse;
 use nyx_overlay::directory::{Descriptor, Directory};
 
-/// A consensus as signed and the descriptors of the relays it lists (in its order): what a
-/// directory cache serves.
+/// What a directory cache serves: the GetConsensus answer for the consensus in force (the
+/// consensus as signed and the descriptors of the relays it lists, in its order), encoded
+/// once, and when that consensus applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bundle {
-    /// Its encoding.
-    pub consensus: Vec<u8>,
-    /// The descriptors, as signed.
-    pub descriptors: Vec<Vec<u8>>,
-    /// When it applies (none if its bytes do not decode, which a verified one always does).
-    pub period: Option<Period>,
+    /// The encoded [`DirResponse::Consensus`] frame.
+    pub response: Vec<u8>,
+    /// When the consensus applies.
+    pub period: Period,
 }
 
 impl Bundle {
-    /// The bundle of `consensus` with the descriptors of `directory` (its relays).
-    pub fn new(consensus: Vec<u8>, directory: &Directory) -> Self {
-        let period = UnverifiedConsensus::decode(&consensus)
-            .ok()
-            .map(|c| c.body().period);
-        Bundle {
+    /// The bundle of `consensus` with the descriptors of `directory` (its relays); none if
+    /// the bytes do not decode (a consensus that was verified always does).
+    pub fn new(consensus: Vec<u8>, directory: &Directory) -> Option<Self> {
+        let period = UnverifiedConsensus::decode(&consensus).ok()?.body().period;
+        let response = DirResponse::Consensus {
             consensus,
             descriptors: directory.iter().map(|d| d.as_bytes().to_vec()).collect(),
-            period,
         }
+        .encode();
+        Some(Bundle { response, period })
     }
 }
 
@@ -140,11 +140,11 @@ impl DaemonState {
             trusted.directory.to_text(),
         )?;
         files::write_atomic(&data_dir.join(&config.directory.consensus), &bytes)?;
-        let bundle = Arc::new(Bundle::new(bytes, &trusted.directory));
+        let bundle = Bundle::new(bytes, &trusted.directory).map(Arc::new);
         let relays = trusted.directory.len();
         *lock(&self.consensus_valid_after) = trusted.consensus_valid_after;
         *lock(&self.consensus_valid_until) = trusted.consensus_valid_until;
-        *lock(&self.bundle) = Some(bundle);
+        *lock(&self.bundle) = bundle;
         *lock(&self.directory) = trusted.directory.clone();
         self.node.set_directory(trusted.directory).await?;
         tracing::info!(

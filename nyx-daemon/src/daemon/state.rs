@@ -122,7 +122,8 @@ impl DaemonState {
         let (shutdown, _) = watch::channel(false);
         let bundle = parts
             .consensus
-            .map(|c| Arc::new(Bundle::new(c, &parts.directory)));
+            .and_then(|c| Bundle::new(c, &parts.directory))
+            .map(Arc::new);
         Arc::new(DaemonState {
             node: parts.node,
             endpoints: parts.endpoints,
@@ -304,7 +305,8 @@ impl DaemonState {
         let trusted = new.trusted(&self.endpoints.data_dir, unix_now(), held)?;
         let bundle = trusted
             .consensus
-            .map(|c| Arc::new(Bundle::new(c, &trusted.directory)));
+            .and_then(|c| Bundle::new(c, &trusted.directory))
+            .map(Arc::new);
         let (directory, consensus_valid_after, consensus_valid_until) = (
             trusted.directory,
             trusted.consensus_valid_after,

@@ -93,8 +93,10 @@ impl Overlay {
         let (sent, create) = HopInitiator::new(path[0].node, path[0].onion_key.clone()).start()?;
         let entry = path[0].node;
         let circ = self.alloc_circ_id(entry);
-        let keys = path.iter().map(|h| Some(h.onion_key.clone())).collect();
-        let path = path.iter().map(|h| h.node).collect();
+        let (path, keys) = path
+            .into_iter()
+            .map(|h| (h.node, Some(h.onion_key)))
+            .unzip();
         let state = BuildState::Creating(Sent::Onion(sent));
         let id = self.insert_client(path, keys, circ, state, now)?;
         self.shared

@@ -102,11 +102,9 @@ pub fn spawn(
             for action in actions {
                 execute(action, &authority, &state, &contacts, &probes).await;
             }
-            // Unix seconds to a sleep; at least once a second so a clock step is noticed.
-            let wait = deadline
-                .map(|d| d.saturating_sub(unix_now()))
-                .unwrap_or(1)
-                .clamp(0, 1);
+            // Deadlines are whole Unix seconds: look again at the next one, at least once a
+            // second so a clock step is noticed.
+            let wait = deadline.map_or(1, |d| d.saturating_sub(unix_now()).min(1));
             tokio::select! {
                 () = state.shutdown_requested() => return,
                 () = authority.wake.notified() => {}
@@ -132,20 +130,16 @@ async fn execute(
         tokio::spawn(async move {
             // A few tries a second apart: a vote or signature lost now is lost for the
             // period (the schedule's next step comes at least a second later).
-            let mut answer = Err(crate::Error::DirectoryRequest {
-                to: String::new(),
-                reason: String::new(),
-            });
-            for attempt in 0..SEND_ATTEMPTS {
-                if attempt > 0 {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut attempt = 1;
+            let answer = loop {
+                let pinned = DirectoryPeer::Pinned(peer.clone());
+                let answer = super::request(&node, pinned, &request).await;
+                if answer.is_ok() || attempt == SEND_ATTEMPTS {
+                    break answer;
                 }
-                let peer = DirectoryPeer::Pinned(peer.clone());
-                answer = super::request(&node, peer, &request).await;
-                if answer.is_ok() {
-                    break;
-                }
-            }
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            };
             let to = Redacted(to);
             match (answer, &request) {
                 (Ok(DirResponse::Vote { vote }), DirRequest::GetVote { .. }) => {

@@ -52,7 +52,7 @@ fn shuffle<T>(items: &mut [T]) {
 fn period(state: &DaemonState) -> u64 {
     state
         .bundle()
-        .and_then(|b| b.period)
+        .map(|b| b.period)
         .map_or(DEFAULT_PERIOD, |p| {
             p.fresh_until.saturating_sub(p.valid_after).max(1)
         })
@@ -146,7 +146,7 @@ pub fn spawn_fetcher(
         // When to fetch after the consensus held (by its start): drawn once per consensus.
         let mut due: Option<(u64, u64)> = None;
         loop {
-            let held = state.bundle().and_then(|b| b.period);
+            let held = state.bundle().map(|b| b.period);
             let fetch_at = match held {
                 Some(p) if unix_now() < p.fresh_until => match due {
                     Some((after, at)) if after == p.valid_after => at,

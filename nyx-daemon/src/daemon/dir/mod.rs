@@ -76,9 +76,25 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     stream: &mut R,
     max: usize,
 ) -> Result<Vec<u8>, FrameError> {
+    let len = read_frame_len(stream, max).await?;
+    read_frame_body(stream, len).await
+}
+
+/// Read a frame's length prefix; a length of 0 or above `max` is refused.
+pub async fn read_frame_len<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    max: usize,
+) -> Result<usize, FrameError> {
     let mut prefix = [0u8; 4];
     stream.read_exact(&mut prefix).await?;
-    let len = frame_len(prefix, max)?;
+    Ok(frame_len(prefix, max)?)
+}
+
+/// Read the `len` bytes after a frame's prefix, memory growing with what arrives.
+pub async fn read_frame_body<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    len: usize,
+) -> Result<Vec<u8>, FrameError> {
     let mut frame = Vec::with_capacity(len.min(64 * 1024));
     (&mut *stream)
         .take(len as u64)

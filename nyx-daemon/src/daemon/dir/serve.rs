@@ -14,13 +14,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc};
 
 use super::authority::AuthorityHandle;
-use crate::daemon::DaemonState;
+use super::{read_frame_body, read_frame_len};
+use crate::daemon::{Bundle, DaemonState};
 use nyx_node::{NyxStream, ResetReason};
-use nyx_overlay::directory::request::{DirRequest, DirResponse, MAX_REQUEST_LEN, frame_len};
+use nyx_overlay::directory::request::{DirRequest, DirResponse, MAX_REQUEST_LEN};
 
 /// Directory streams answered at once, at most; more are reset.
 pub const MAX_CONCURRENT: usize = 128;
@@ -75,57 +76,62 @@ async fn serve_one(
         Some(_) => MAX_REQUEST_LEN,
         None => MAX_CACHE_REQUEST,
     };
-    let mut prefix = [0u8; 4];
-    if stream.read_exact(&mut prefix).await.is_err() {
-        return stream.reset(ResetReason::Protocol);
-    }
-    let len = match frame_len(prefix, max) {
+    let len = match read_frame_len(&mut stream, max).await {
         Ok(len) => len,
         Err(e) => {
             tracing::debug!(error = %e, "directory request refused");
             return stream.reset(ResetReason::Protocol);
         }
     };
-    // A length within the limits passes u32 (the prefix is one).
+    // A length within the limits fits u32 (the prefix is one).
     let Ok(_held) = budget.try_acquire_many(u32::try_from(len).unwrap_or(u32::MAX)) else {
         return stream.reset(ResetReason::ResourceLimit);
     };
-    let mut frame = Vec::with_capacity(len.min(64 * 1024));
-    let read = (&mut stream).take(len as u64).read_to_end(&mut frame).await;
-    if read.is_err() || frame.len() < len {
+    let Ok(frame) = read_frame_body(&mut stream, len).await else {
         return stream.reset(ResetReason::Protocol);
-    }
-    let response = match DirRequest::decode(&frame) {
-        Ok(request) => answer(request, state, authority),
-        Err(e) => DirResponse::refused(format!("malformed request: {e}")),
     };
-    if stream.write_all(&response.encode()).await.is_ok() {
+    let answer = match DirRequest::decode(&frame) {
+        Ok(request) => answer(request, state, authority),
+        Err(e) => Answer::Fresh(DirResponse::refused(format!("malformed request: {e}")).encode()),
+    };
+    if stream.write_all(answer.frame()).await.is_ok() {
         let _ = stream.shutdown().await;
     }
 }
 
-/// The answer to `request`: the authority's, or this cache's.
-pub fn answer(
-    request: DirRequest,
-    state: &DaemonState,
-    authority: Option<&AuthorityHandle>,
-) -> DirResponse {
-    if let Some(authority) = authority {
-        return authority.respond(request);
-    }
-    match request {
-        DirRequest::GetConsensus { newer_than } => {
-            match (state.bundle(), state.consensus_valid_after()) {
-                (Some(bundle), Some(valid_after)) if valid_after > newer_than => {
-                    DirResponse::Consensus {
-                        consensus: bundle.consensus.clone(),
-                        descriptors: bundle.descriptors.clone(),
-                    }
-                }
-                (Some(_), Some(_)) => DirResponse::NotModified,
-                _ => DirResponse::NotFound,
-            }
+/// An encoded answer: made for this request, or the consensus bundle a cache holds (encoded
+/// once when it was taken up, not copied per request).
+enum Answer {
+    /// Encoded for this request.
+    Fresh(Vec<u8>),
+    /// The cache's GetConsensus answer.
+    Held(Arc<Bundle>),
+}
+
+impl Answer {
+    /// The frame to write.
+    fn frame(&self) -> &[u8] {
+        match self {
+            Answer::Fresh(frame) => frame,
+            Answer::Held(bundle) => &bundle.response,
         }
-        _ => DirResponse::refused("not a directory authority"),
     }
+}
+
+/// The answer to `request`: the authority's, or this cache's.
+fn answer(request: DirRequest, state: &DaemonState, authority: Option<&AuthorityHandle>) -> Answer {
+    if let Some(authority) = authority {
+        return Answer::Fresh(authority.respond(request).encode());
+    }
+    let response = match request {
+        DirRequest::GetConsensus { newer_than } => match state.bundle() {
+            Some(bundle) if bundle.period.valid_after > newer_than => {
+                return Answer::Held(bundle);
+            }
+            Some(_) => DirResponse::NotModified,
+            None => DirResponse::NotFound,
+        },
+        _ => DirResponse::refused("not a directory authority"),
+    };
+    Answer::Fresh(response.encode())
 }
