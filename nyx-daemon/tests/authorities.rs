@@ -71,16 +71,21 @@ fn start_network(dir: &Path, net: u8, extra: impl Fn(u8) -> String) -> Vec<Membe
             };
             let config = data.join("nyx.toml");
             std::fs::create_dir_all(&data).unwrap();
+            // Every member relays; `extra` may open `[relay]` itself (then it says so).
+            let extra = extra(i);
+            let relay = match extra.contains("[relay]") {
+                true => "",
+                false => "[relay]\nenabled = true\n",
+            };
             std::fs::write(
                 &config,
                 format!(
                     "listen = [\"{listen}\"]\ndata_dir = \"{}\"\nnickname = \"node{i}\"\n\
                      [directory]\nauthorities = [{}]\n{authority}\
                      [limits]\nhandshakes_per_prefix = {{ per_second = 1000.0, burst = 1000 }}\n\
-                     {}",
+                     {relay}{extra}",
                     data.display(),
                     lines.join(", "),
-                    extra(i),
                 ),
             )
             .unwrap();
@@ -105,7 +110,7 @@ fn write_listen_only(data: &Path, addr: SocketAddr) -> PathBuf {
 /// The identity key `--authority-line` created in `data`.
 fn identity_of(data: &Path) -> nyx_crypto::identity::IdentityPublic {
     let (keys, created) =
-        files::load_or_create_keys(data, nyx_node::unix_now(), Default::default()).unwrap();
+        files::load_or_create_keys(data, nyx_node::unix_now(), Default::default(), true).unwrap();
     assert!(!created, "--authority-line made the keys");
     keys.identity.public()
 }
@@ -233,7 +238,8 @@ async fn circuits_keep_working_through_onion_key_rotations_and_consensus_periods
             _ => "[socks]\nenabled = false\n".to_owned(),
         };
         format!(
-            "{socks}[relay]\nexit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\n\
+            "{socks}[relay]\nenabled = true\n\
+             exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\n\
              onion_key_period = \"40s\"\nonion_key_overlap = \"32s\"\n"
         )
     });

@@ -32,6 +32,11 @@ fn config_errors_are_refused_with_the_key_name() {
         ("[socks]\nmax_connections = 0\n", "socks.max_connections"),
         ("[log]\nlevel = \"loud\"\n", "log.level"),
         ("listen = [\"not an address\"]\n", "listen"),
+        // A relay publishes its listen address: an unspecified one reaches nobody.
+        (
+            "listen = [\"0.0.0.0:0\"]\n[relay]\nenabled = true\n",
+            "listen",
+        ),
     ];
     for (text, key) in cases {
         let path = dir.join("bad.toml");
@@ -90,17 +95,23 @@ fn embedded_defaults_create_private_state_and_stop_cleanly() {
     let data = dir.join("nyx");
     assert_eq!(daemon.ready.data_dir, data.display().to_string());
     assert!(daemon.ready.new_keys);
-    assert!(daemon.ready.listen.starts_with("127.0.0.1:"));
+    // A client by default: its links start from any interface, and it accepts none.
+    assert!(
+        daemon.ready.listen.starts_with("0.0.0.0:"),
+        "{}",
+        daemon.ready.listen
+    );
     if socks_free {
         assert_eq!(daemon.ready.socks, "127.0.0.1:9050");
     }
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("keys")), 0o700);
     assert_eq!(mode(&data.join("keys/identity.key")), 0o600);
-    assert_eq!(mode(&data.join("keys/link.key")), 0o600);
     let socket = data.join("control.sock");
     assert_eq!(mode(&socket), 0o600);
-    assert!(data.join("descriptor.txt").exists());
+    // A client makes no relay key and publishes no descriptor.
+    assert!(!data.join("keys/link.key").exists());
+    assert!(!data.join("descriptor.txt").exists());
     let node_id = daemon.ready.node_id.clone();
     let status = daemon.stop_with("-TERM");
     assert_eq!(status, Some(0));
@@ -127,7 +138,8 @@ async fn control_api_cli_reload_and_metrics() {
             &config,
             format!(
                 "data_dir = \"{}\"\nnickname = \"ctl\"\n[socks]\nlisten = \"{socks}\"\n\
-                 [relay]\nexit_policy = [\"{policy}\"]\n[log]\nlevel = \"{level}\"\n\
+                 [relay]\nenabled = true\nexit_policy = [\"{policy}\"]\n\
+                 [log]\nlevel = \"{level}\"\n\
                  [telemetry]\nprometheus_listen = \"127.0.0.1:0\"\n",
                 dir.join("data").display()
             ),
@@ -512,7 +524,7 @@ async fn onion_keys_rotate_while_the_daemon_runs_and_events_say_so() {
         &config,
         format!(
             "data_dir = \"{}\"\n[socks]\nenabled = false\n\
-             [relay]\nonion_key_period = \"10s\"\nonion_key_overlap = \"5s\"\n",
+             [relay]\nenabled = true\nonion_key_period = \"10s\"\nonion_key_overlap = \"5s\"\n",
             dir.join("data").display()
         ),
     )

@@ -10,7 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -414,7 +414,7 @@ pub struct FaultyQuicSocket {
 #[derive(Debug)]
 struct QuicFaultState {
     rng: u64,
-    held: Option<(SocketAddr, Vec<u8>)>,
+    held: Option<(SocketAddr, Option<IpAddr>, Vec<u8>)>,
     stats: FaultStats,
 }
 
@@ -445,7 +445,9 @@ impl FaultyQuicSocket {
         self.state.lock().map(|s| s.stats).unwrap_or_default()
     }
 
-    fn send_one(&self, to: SocketAddr, contents: &[u8]) -> io::Result<()> {
+    /// Send one datagram, from `src_ip` when quinn chose it (a socket bound to an
+    /// unspecified address answers from the address the peer sent to).
+    fn send_one(&self, to: SocketAddr, src_ip: Option<IpAddr>, contents: &[u8]) -> io::Result<()> {
         if let Some((from, tap)) = self.tap.get() {
             tap.record(*from, to, contents, None);
         }
@@ -454,7 +456,7 @@ impl FaultyQuicSocket {
             ecn: None,
             contents,
             segment_size: None,
-            src_ip: None,
+            src_ip,
         })
     }
 }
@@ -483,7 +485,11 @@ impl quinn::AsyncUdpSocket for FaultyQuicSocket {
         }
         if hold < self.config.reorder && state.held.is_none() {
             state.stats.reordered += 1;
-            state.held = Some((transmit.destination, transmit.contents.to_vec()));
+            state.held = Some((
+                transmit.destination,
+                transmit.src_ip,
+                transmit.contents.to_vec(),
+            ));
             return Ok(());
         }
         let held = state.held.take();
@@ -492,13 +498,14 @@ impl quinn::AsyncUdpSocket for FaultyQuicSocket {
             state.stats.duplicated += 1;
         }
         drop(state);
-        self.send_one(transmit.destination, transmit.contents)?;
+        let (to, src_ip) = (transmit.destination, transmit.src_ip);
+        self.send_one(to, src_ip, transmit.contents)?;
         if duplicate {
-            let _ = self.send_one(transmit.destination, transmit.contents);
+            let _ = self.send_one(to, src_ip, transmit.contents);
         }
         // The held datagram goes after this one: the two arrive swapped.
-        if let Some((to, contents)) = held {
-            let _ = self.send_one(to, &contents);
+        if let Some((to, src_ip, contents)) = held {
+            let _ = self.send_one(to, src_ip, &contents);
         }
         Ok(())
     }

@@ -7,8 +7,10 @@
 //! validity date is involved: the dialler knows the `NodeId` it wants (from the directory) and
 //! the verifier refuses any other with [`Error::WrongPeer`]. TLS signs a context string
 //! starting with 64 spaces, nyx-crypto signs "nyx/v1/…": the two uses of the key cannot be
-//! confused. Both sides present certificates (links are between nodes, mutually
-//! authenticated); the accepting side learns the dialler's `NodeId` from its certificate.
+//! confused. Both sides present certificates; the accepting side learns the dialler's
+//! `NodeId` from its certificate. Links between relays are so mutually authenticated; a
+//! client-only node dials with the certificate of an identity made for that link alone
+//! ([`crate::quic::QuicEndpoint::bind_client`]), so the relay learns no lasting key of it.
 
 use std::sync::{Arc, Mutex};
 

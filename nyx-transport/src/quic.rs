@@ -85,52 +85,63 @@ pub struct LinkCounters {
 #[derive(Debug)]
 pub struct QuicEndpoint {
     endpoint: quinn::Endpoint,
-    identity: Arc<IdentityKey>,
+    /// The relay's identity, shown on every link; `None` for a client-only endpoint, which
+    /// accepts no links and shows a fresh identity made for each link it dials.
+    identity: Option<Arc<IdentityKey>>,
     config: QuicConfig,
 }
 
 impl QuicEndpoint {
-    /// Bind `addr` (needs a tokio runtime) as `identity`.
+    /// Bind `addr` (needs a tokio runtime) as the relay `identity`: it accepts links, and
+    /// every link it dials or accepts shows `identity`.
     pub fn bind(
         addr: SocketAddr,
         identity: Arc<IdentityKey>,
         config: QuicConfig,
     ) -> Result<Self, Error> {
-        let tls = Arc::new(server_config(&identity)?);
-        let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::TlsConfig {
-            reason: e.to_string(),
-        })?;
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        server.transport_config(Arc::new(transport(&config)?));
+        let server = server(&identity, &config)?;
         let endpoint = quinn::Endpoint::server(server, addr).map_err(io)?;
         Ok(QuicEndpoint {
             endpoint,
-            identity,
+            identity: Some(identity),
             config,
         })
     }
 
-    /// [`bind`](Self::bind) with the fault shim on everything this endpoint sends (tests);
-    /// returns the shim too, for its counters.
+    /// Bind `addr` (needs a tokio runtime) as a client-only endpoint: it accepts no links
+    /// (quinn refuses every incoming connection), and each link it dials presents a
+    /// certificate of an identity generated for that link alone, so a relay cannot tell two
+    /// links of one client from links of two clients, and holds no signature by a lasting
+    /// key of the client.
+    pub fn bind_client(addr: SocketAddr, config: QuicConfig) -> Result<Self, Error> {
+        let endpoint = quinn::Endpoint::client(addr).map_err(io)?;
+        Ok(QuicEndpoint {
+            endpoint,
+            identity: None,
+            config,
+        })
+    }
+
+    /// [`bind`](Self::bind) (`Some(identity)`) or [`bind_client`](Self::bind_client)
+    /// (`None`) with the fault shim on everything this endpoint sends (tests); returns the
+    /// shim too, for its counters.
     pub fn bind_with_faults(
         addr: SocketAddr,
-        identity: Arc<IdentityKey>,
+        identity: Option<Arc<IdentityKey>>,
         config: QuicConfig,
         faults: crate::fault::FaultConfig,
     ) -> Result<(Self, Arc<crate::fault::FaultyQuicSocket>), Error> {
-        let tls = Arc::new(server_config(&identity)?);
-        let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::TlsConfig {
-            reason: e.to_string(),
-        })?;
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        server.transport_config(Arc::new(transport(&config)?));
+        let server = match &identity {
+            Some(identity) => Some(server(identity, &config)?),
+            None => None,
+        };
         let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
         let socket = std::net::UdpSocket::bind(addr).map_err(io)?;
         let inner = runtime.wrap_udp_socket(socket).map_err(io)?;
         let shim = Arc::new(crate::fault::FaultyQuicSocket::new(inner, faults));
         let endpoint = quinn::Endpoint::new_with_abstract_socket(
             quinn::EndpointConfig::default(),
-            Some(server),
+            server,
             shim.clone(),
             runtime,
         )
@@ -145,9 +156,14 @@ impl QuicEndpoint {
         ))
     }
 
-    /// This node's identity.
-    pub fn node_id(&self) -> NodeId {
-        self.identity.node_id()
+    /// This node's identity on its links; `None` for a client-only endpoint.
+    pub fn node_id(&self) -> Option<NodeId> {
+        self.identity.as_ref().map(|i| i.node_id())
+    }
+
+    /// Whether this endpoint accepts links (a relay's does, a client's does not).
+    pub fn accepts_links(&self) -> bool {
+        self.identity.is_some()
     }
 
     /// The bound address.
@@ -159,11 +175,14 @@ impl QuicEndpoint {
     #[tracing::instrument(name = "quic_dial", skip_all, fields(peer = %Redacted(peer)))]
     pub async fn connect(&self, peer: NodeId, addr: SocketAddr) -> Result<QuicLink, Error> {
         let refusal = Refusal::default();
-        let tls = Arc::new(client_config_reporting(
-            &self.identity,
-            peer,
-            refusal.clone(),
-        )?);
+        // A client shows an identity made for this link alone (dropped with the config).
+        let identity = match &self.identity {
+            Some(identity) => identity.clone(),
+            None => Arc::new(IdentityKey::generate().map_err(|e| Error::Link {
+                reason: format!("cannot make a link identity: {e}"),
+            })?),
+        };
+        let tls = Arc::new(client_config_reporting(&identity, peer, refusal.clone())?);
         let crypto = QuicClientConfig::try_from(tls).map_err(|e| Error::TlsConfig {
             reason: e.to_string(),
         })?;
@@ -411,6 +430,17 @@ impl QuicLink {
     pub fn close(&self, reason: &str) {
         self.conn.close(0u32.into(), reason.as_bytes());
     }
+}
+
+/// The server side of a relay's endpoint: TLS as `identity`, dialler certificates required.
+fn server(identity: &IdentityKey, config: &QuicConfig) -> Result<quinn::ServerConfig, Error> {
+    let tls = Arc::new(server_config(identity)?);
+    let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::TlsConfig {
+        reason: e.to_string(),
+    })?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::new(transport(config)?));
+    Ok(server)
 }
 
 fn transport(config: &QuicConfig) -> Result<quinn::TransportConfig, Error> {

@@ -157,14 +157,14 @@ async fn ten_percent_loss_with_reordering_and_duplication_does_not_break_the_lin
     let b_id = Arc::new(IdentityKey::from_seed(&[2; 32]));
     let (a, a_shim) = QuicEndpoint::bind_with_faults(
         "127.0.0.2:0".parse().unwrap(),
-        a_id,
+        Some(a_id),
         QuicConfig::default(),
         faults(3),
     )
     .unwrap();
     let (b, b_shim) = QuicEndpoint::bind_with_faults(
         "127.0.0.3:0".parse().unwrap(),
-        b_id.clone(),
+        Some(b_id.clone()),
         QuicConfig::default(),
         faults(4),
     )
@@ -209,5 +209,40 @@ async fn ten_percent_loss_with_reordering_and_duplication_does_not_break_the_lin
     assert!(
         sa.dropped > 50 && sa.reordered > 50 && sb.dropped > 0,
         "{sa:?} {sb:?}"
+    );
+}
+
+/// A client-only endpoint dials with a certificate made for each link (the relay learns
+/// a different id each time, never a lasting one) and accepts no connection.
+#[tokio::test]
+async fn a_client_endpoint_shows_a_fresh_identity_per_link_and_accepts_nothing() {
+    let (relay_id, relay) = node(2, "127.0.0.3");
+    let relay_addr = relay.local_addr().unwrap();
+    let client =
+        QuicEndpoint::bind_client("127.0.0.2:0".parse().unwrap(), QuicConfig::default()).unwrap();
+    assert_eq!(client.node_id(), None);
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (dialled, accepted) =
+            tokio::join!(client.connect(relay_id.node_id(), relay_addr), async {
+                relay.accept().await.unwrap()
+            });
+        let (link, at_relay) = (dialled.unwrap(), accepted.unwrap());
+        assert_eq!(
+            link.peer(),
+            relay_id.node_id(),
+            "the client verifies the relay"
+        );
+        seen.push(at_relay.peer());
+    }
+    assert_ne!(seen[0], seen[1], "two links showed one identity");
+
+    // The relay dials the client: refused, nothing to accept.
+    let client_addr = client.local_addr().unwrap();
+    let any = IdentityKey::from_seed(&[9; 32]).node_id();
+    let dial = tokio::time::timeout(Duration::from_secs(3), relay.connect(any, client_addr));
+    assert!(
+        !matches!(dial.await, Ok(Ok(_))),
+        "a client endpoint accepted a connection"
     );
 }

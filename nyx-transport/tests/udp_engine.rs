@@ -708,3 +708,56 @@ fn a_restarted_peer_gets_a_fresh_control_channel() {
         }]
     );
 }
+
+/// A client-only engine dials as a fresh identity per link (each relay learns an id that is
+/// neither the client's nor the one another link showed) and answers no HELLO at all.
+#[test]
+fn client_engine_dials_anonymously_and_accepts_nothing() {
+    let mut relays = [
+        node(2, B, UdpConfig::default()),
+        node(3, "127.0.0.4:4000", UdpConfig::default()),
+    ];
+    let client_id = Arc::new(IdentityKey::from_seed(&[1; 32]));
+    let mut client = Node {
+        id: client_id.clone(),
+        key: HybridSecretKey::from_seed(&[1; 96]),
+        engine: UdpEngine::client(UdpConfig::default(), Timestamp::ZERO).unwrap(),
+        addr: A.parse().unwrap(),
+    };
+    let mut seen = Vec::new();
+    for relay in &mut relays {
+        connect(&mut client, relay);
+        let (ec, er) = run(&mut client, relay, None, 0, 5);
+        assert_eq!(
+            ec,
+            vec![UdpEvent::Connected {
+                peer: relay.id.node_id(),
+                addr: relay.addr
+            }],
+            "the client authenticates the relay"
+        );
+        let [UdpEvent::Connected { peer, addr }] = er.as_slice() else {
+            panic!("relay events {er:?}");
+        };
+        assert_eq!(*addr, client.addr);
+        assert_ne!(*peer, client_id.node_id(), "the client's own id was shown");
+        seen.push(*peer);
+    }
+    assert_ne!(seen[0], seen[1], "two links showed one identity");
+
+    // A relay dials the client: its HELLOs are dropped unread, no link comes up.
+    let relay = &mut relays[0];
+    let (peer, key) = (client_id.node_id(), client.key.public().clone());
+    relay
+        .engine
+        .connect(peer, key, client.addr, Timestamp::from_millis(10))
+        .unwrap();
+    let (ec, er) = run(&mut client, relay, None, 10, 50);
+    assert!(
+        !ec.iter()
+            .chain(&er)
+            .any(|e| matches!(e, UdpEvent::Connected { .. })),
+        "{ec:?} {er:?}"
+    );
+    assert!(client.engine.stats().hellos_refused >= 1);
+}

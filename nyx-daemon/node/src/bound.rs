@@ -1,5 +1,6 @@
 //! [`BoundNode`]: a node whose socket is bound, before it runs: the step where a relay
-//! learns its address and signs the descriptor it publishes.
+//! learns its address and signs the descriptor it publishes. A client-only node binds
+//! without accepting links and has no descriptor.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridPublicKey;
-use nyx_crypto::onion_keys::OnionKeyRing;
+use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
 use nyx_overlay::directory::{Descriptor, DescriptorBuilder, Directory};
 use nyx_transport::fault::FaultConfig;
 use nyx_transport::quic::QuicEndpoint;
@@ -37,19 +38,27 @@ pub struct BoundNode {
 }
 
 impl BoundNode {
-    /// Bind the transport (needs a tokio runtime).
+    /// Bind the transport (needs a tokio runtime). A relay accepts links as its identity; a
+    /// client-only node ([`NodeRole::Client`](crate::NodeRole::Client)) binds a socket that
+    /// accepts none and drops its link and onion keys here: it never uses them.
     pub fn bind(keys: NodeKeys, settings: NodeSettings) -> Result<Self, Error> {
         let NodeKeys {
             identity,
             link_key,
             onion_keys,
         } = keys;
+        let relay = settings.role.is_relay();
         let link_public = link_key.public().clone();
+        let onion_keys = match relay {
+            true => onion_keys,
+            // No onion key: a client answers no CREATE (its overlay refuses them too).
+            false => OnionKeyRing::new(RotationPolicy::default())?,
+        };
         let bound = match settings.transport {
             TransportKind::Quic => {
                 let (endpoint, shim) = QuicEndpoint::bind_with_faults(
                     settings.listen,
-                    identity.clone(),
+                    relay.then(|| identity.clone()),
                     settings.quic.clone(),
                     settings.faults.clone(),
                 )?;
@@ -59,12 +68,15 @@ impl BoundNode {
                 Bound::Quic(endpoint)
             }
             TransportKind::Udp => {
-                let mut udp = UdpTransport::bind(
-                    settings.listen,
-                    identity.clone(),
-                    vec![link_key],
-                    settings.udp.clone(),
-                )?;
+                let mut udp = match relay {
+                    true => UdpTransport::bind(
+                        settings.listen,
+                        identity.clone(),
+                        vec![link_key],
+                        settings.udp.clone(),
+                    )?,
+                    false => UdpTransport::bind_client(settings.listen, settings.udp.clone())?,
+                };
                 if let Some(tap) = &settings.tap {
                     udp.set_tap(tap.clone())?;
                 }
@@ -93,13 +105,34 @@ impl BoundNode {
         self.addr
     }
 
+    /// The address a relay publishes: `advertise` from the settings (its port 0 standing
+    /// for the bound port), else the bound address. Refused when it is unspecified (0.0.0.0
+    /// or [::] reach nobody: set `advertise`).
+    pub fn advertised_addr(&self) -> Result<SocketAddr, Error> {
+        let addr = match self.settings.advertise {
+            Some(a) if a.port() == 0 => SocketAddr::new(a.ip(), self.addr.port()),
+            Some(a) => a,
+            None => self.addr,
+        };
+        if addr.ip().is_unspecified() {
+            return Err(Error::Settings {
+                reason: format!(
+                    "a relay bound to {} must say where others reach it (advertise)",
+                    self.addr.ip()
+                ),
+            });
+        }
+        Ok(addr)
+    }
+
     /// This node's id.
     pub fn node_id(&self) -> NodeId {
         self.identity.node_id()
     }
 
     /// This node's descriptor, signed, valid for `validity` from `now_unix`; it publishes
-    /// the exit policy of the node's settings.
+    /// the exit policy of the node's settings and its [`advertised_addr`](Self::advertised_addr).
+    /// Refused for a client-only node, and for a relay with no address others can reach.
     pub fn descriptor(
         &self,
         nickname: &str,
@@ -107,7 +140,7 @@ impl BoundNode {
         now_unix: u64,
         validity: Duration,
     ) -> Result<Descriptor, Error> {
-        let builder = self.descriptor_builder(nickname, bandwidth, now_unix, validity);
+        let builder = self.descriptor_builder(nickname, bandwidth, now_unix, validity)?;
         Ok(builder
             .sign(&self.identity)
             .map_err(nyx_overlay::Error::from)?)
@@ -121,12 +154,18 @@ impl BoundNode {
         bandwidth: u32,
         now_unix: u64,
         validity: Duration,
-    ) -> DescriptorBuilder {
+    ) -> Result<DescriptorBuilder, Error> {
+        if !self.settings.role.is_relay() {
+            return Err(Error::Settings {
+                reason: "a client-only node publishes no descriptor (NodeRole::Relay does)".into(),
+            });
+        }
+        let addr = self.advertised_addr()?;
         let (quic_addr, udp_addr) = match self.settings.transport {
-            TransportKind::Quic => (Some(self.addr), None),
-            TransportKind::Udp => (None, Some(self.addr)),
+            TransportKind::Quic => (Some(addr), None),
+            TransportKind::Udp => (None, Some(addr)),
         };
-        DescriptorBuilder {
+        Ok(DescriptorBuilder {
             nickname: nickname.to_string(),
             quic_addr,
             udp_addr,
@@ -136,7 +175,7 @@ impl BoundNode {
             bandwidth,
             published: now_unix,
             valid_until: now_unix + validity.as_secs(),
-        }
+        })
     }
 
     /// Run the node with `directory` (spawns its tasks).

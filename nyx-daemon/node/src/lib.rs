@@ -62,7 +62,7 @@ pub use events::{CircuitInfo, NodeEvent, PeerInfo};
 pub use handle::{Circuit, CircuitMessage, ExitRequest, NodeHandle, NodeStats};
 pub use node::Node;
 pub use nyx_stream::NyxStream;
-pub use settings::{ExitServiceKind, NodeKeys, NodeSettings};
+pub use settings::{ExitServiceKind, NodeKeys, NodeRole, NodeSettings};
 pub use target::IntoTarget;
 
 // What an embedder needs from the crates below, so that it depends on nyx-node alone and

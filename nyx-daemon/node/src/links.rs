@@ -48,7 +48,11 @@ impl LinkRef {
     /// Where the peer's end of the link is (the address its handshake answered from).
     pub(super) fn remote_addr(&self) -> SocketAddr {
         match self {
-            LinkRef::Quic(l) => l.raw_connection().remote_address(),
+            // A dual-stack endpoint sees IPv4 peers as IPv4-mapped addresses.
+            LinkRef::Quic(l) => {
+                let addr = l.raw_connection().remote_address();
+                SocketAddr::new(addr.ip().to_canonical(), addr.port())
+            }
             LinkRef::Udp(l) => l.addr(),
         }
     }

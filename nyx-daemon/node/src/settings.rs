@@ -59,14 +59,24 @@ impl NodeKeys {
     }
 }
 
-/// How a node runs. Defaults: QUIC on 127.0.0.1 with a free port, default overlay and path
-/// settings, three build attempts.
+/// How a node runs. Defaults: a client-only node ([`NodeRole::Client`]) over QUIC from a
+/// free port on every IPv4 interface, default overlay and path settings, three build
+/// attempts.
 #[derive(Debug, Clone)]
 pub struct NodeSettings {
+    /// Client-only (the default) or relay.
+    pub role: NodeRole,
     /// The transport.
     pub transport: TransportKind,
-    /// Where to listen.
+    /// The local address of the node's socket: where a relay listens for links, where a
+    /// client's links start from. `[::]` is dual-stack (IPv4 peers too). Default `0.0.0.0:0`
+    /// (any IPv4 interface, a free port), fit for a client of IPv4 relays.
     pub listen: SocketAddr,
+    /// What a relay's descriptor publishes as its address, when that is not `listen`: a
+    /// relay listening on an unspecified address (`0.0.0.0`, `[::]`) or behind NAT or port
+    /// forwarding. Port 0 means the bound port. Default: none (`listen` itself, which must
+    /// then be a specific address).
+    pub advertise: Option<SocketAddr>,
     /// The overlay core's settings.
     pub overlay: OverlayConfig,
     /// Path selection.
@@ -102,6 +112,28 @@ pub struct NodeSettings {
     pub exit_max_connections: usize,
 }
 
+/// What a node is to the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeRole {
+    /// Builds circuits for its own application and nothing else: it accepts no links,
+    /// publishes no descriptor, answers no CREATE, and each link it dials shows an identity
+    /// made for that link alone (fresh keys per link, QUIC without a lasting client
+    /// certificate), so its guard learns no lasting key of it. The default.
+    #[default]
+    Client,
+    /// Also relays others' circuits: it listens for links, publishes a descriptor, rotates
+    /// onion keys, and shows its identity on every link (relay links are mutually
+    /// authenticated).
+    Relay,
+}
+
+impl NodeRole {
+    /// Whether the node relays for others.
+    pub fn is_relay(self) -> bool {
+        self == NodeRole::Relay
+    }
+}
+
 /// What a node does with the payloads it receives as the last hop of a circuit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExitServiceKind {
@@ -115,8 +147,10 @@ pub enum ExitServiceKind {
 impl Default for NodeSettings {
     fn default() -> Self {
         NodeSettings {
+            role: NodeRole::Client,
             transport: TransportKind::Quic,
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listen: SocketAddr::from(([0, 0, 0, 0], 0)),
+            advertise: None,
             overlay: OverlayConfig::default(),
             path: PathConfig::default(),
             quic: QuicConfig::default(),

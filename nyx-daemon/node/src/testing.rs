@@ -1,8 +1,8 @@
 //! A NyxNet network in one process, for tests, benchmarks and examples (feature `testing`).
 //!
 //! [`LocalTestnet`] starts nodes on `127.0.<net>.1..=n`, every one a relay and an exit, and
-//! the directory made from their descriptors; [`LocalTestnet::client`] adds a node that uses
-//! them. [`node_settings`] are the settings they run with. [`WebServer`] serves fixed bodies
+//! the directory made from their descriptors; [`LocalTestnet::client`] adds a client-only
+//! node that uses them. [`node_settings`] are the settings they run with. [`WebServer`] serves fixed bodies
 //! on loopback for streams to fetch. `nyx testnet` (in nyx-daemon) runs the same kind of
 //! network as separate processes.
 //!
@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 
 use crate::NodeEvent;
 use crate::handle::Command;
-use crate::{BoundNode, Error, ExitServiceKind, Node, NodeKeys, NodeSettings, unix_now};
+use crate::{BoundNode, Error, ExitServiceKind, Node, NodeKeys, NodeRole, NodeSettings, unix_now};
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::onion_keys::RotationPolicy;
 use nyx_overlay::directory::{Descriptor, DescriptorBuilder};
@@ -65,8 +65,8 @@ pub struct LocalTestnetSpec {
     pub net: u8,
     /// The link transport of every node. Default QUIC.
     pub transport: TransportKind,
-    /// Settings of every node (`listen`, `transport`, `exit_policy` and `exit_service` are
-    /// set per node). Default [`node_settings`].
+    /// Settings of every node (`role`, `listen`, `transport`, `exit_policy` and
+    /// `exit_service` are set per node) and of its clients. Default [`node_settings`].
     pub settings: NodeSettings,
     /// Exit policy of every node. Default: loopback only.
     pub exit_policy: ExitPolicy,
@@ -135,6 +135,7 @@ impl LocalTestnet {
             let keys = NodeKeys::generate_rotating(now, spec.rotation)?;
             identities.push(keys.identity.clone());
             let mut settings = NodeSettings {
+                role: NodeRole::Relay,
                 transport: spec.transport,
                 listen: SocketAddr::from((Ipv4Addr::new(127, 0, spec.net, i), 0)),
                 exit_policy: spec.exit_policy.clone(),
@@ -156,7 +157,7 @@ impl LocalTestnet {
         let mut descriptors = Vec::new();
         let mut builders = Vec::new();
         for (i, b) in bound.iter().enumerate() {
-            let builder = b.descriptor_builder(&format!("node{i}"), 100, now, VALIDITY);
+            let builder = b.descriptor_builder(&format!("node{i}"), 100, now, VALIDITY)?;
             let signed = builder.clone().sign(&identities[i]);
             descriptors.push(signed.map_err(nyx_overlay::Error::from)?);
             builders.push(builder);
@@ -196,8 +197,9 @@ impl LocalTestnet {
         })
     }
 
-    /// A client node that builds circuits through this network: the testnet's settings and
-    /// transport, listening on 127.0.0.1.
+    /// A client-only node that builds circuits through this network: the testnet's settings
+    /// and transport, its links starting from the settings' `listen` address (by default
+    /// any interface, a free port).
     pub fn client(&self) -> Result<Node, Error> {
         let node = Node::builder()
             .settings(self.spec.settings.clone())

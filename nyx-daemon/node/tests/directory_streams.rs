@@ -11,7 +11,8 @@ use std::time::Duration;
 use nyx_core::config::TransportKind;
 use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, node_settings};
 use nyx_node::{
-    Directory, DirectoryPeer, ErrorKind, Node, NodeKeys, NodeSettings, NyxStream, PinnedPeer,
+    Directory, DirectoryPeer, ErrorKind, Node, NodeKeys, NodeRole, NodeSettings, NyxStream,
+    PinnedPeer,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
@@ -133,13 +134,16 @@ async fn claimed_addresses_do_not_reach(transport: TransportKind, net: u8) {
     let impostor = nyx_node::BoundNode::bind(
         keys,
         NodeSettings {
+            role: NodeRole::Relay,
             transport,
             listen: SocketAddr::from((Ipv4Addr::new(127, 0, net, 50), 0)),
             ..node_settings()
         },
     )
     .unwrap();
-    let mut builder = impostor.descriptor_builder("impostor", 100, now, Duration::from_secs(3600));
+    let mut builder = impostor
+        .descriptor_builder("impostor", 100, now, Duration::from_secs(3600))
+        .unwrap();
     match transport {
         TransportKind::Quic => builder.quic_addr = Some(testnet.addrs[0]),
         TransportKind::Udp => builder.udp_addr = Some(testnet.addrs[0]),
@@ -235,6 +239,7 @@ async fn an_impostor_that_connected_first_is_refused(transport: TransportKind, n
         let keys = NodeKeys::generate(now).unwrap();
         let identity = keys.identity.clone();
         let settings = NodeSettings {
+            role: NodeRole::Relay,
             transport,
             listen: SocketAddr::from((Ipv4Addr::new(127, 0, net, host), 0)),
             ..node_settings()
@@ -246,12 +251,15 @@ async fn an_impostor_that_connected_first_is_refused(transport: TransportKind, n
     let (tester, tester_id) = bind(60);
     let tester_desc = tester
         .descriptor_builder("tester", 100, now, validity)
+        .unwrap()
         .sign(&tester_id)
         .unwrap();
     let tester = tester.start(Directory::default()).unwrap();
     // The impostor runs at its own address but publishes node 0's.
     let (impostor, impostor_id) = bind(61);
-    let mut claim = impostor.descriptor_builder("impostor", 100, now, validity);
+    let mut claim = impostor
+        .descriptor_builder("impostor", 100, now, validity)
+        .unwrap();
     match transport {
         TransportKind::Quic => claim.quic_addr = Some(testnet.addrs[0]),
         TransportKind::Udp => claim.udp_addr = Some(testnet.addrs[0]),

@@ -108,6 +108,7 @@ fn authority_line(config: &DaemonConfig) -> Result<String, crate::Error> {
         &data_dir,
         nyx_node::unix_now(),
         config.onion_key_rotation(),
+        true,
     )?;
     Ok(super::trust::authority_line(
         &keys.identity.public(),

@@ -85,11 +85,14 @@ pub fn prepare_data_dir(dir: &Path) -> Result<(), Error> {
 
 /// Load the node's keys from `dir`, creating the files on first start; `created` tells
 /// whether they were new. The onion key ring is always fresh (certified from `now_unix`)
-/// and rotates by `rotation`.
+/// and rotates by `rotation`. A client (`relay` false) keeps only its identity on disk (its
+/// local name, never shown on links): no link key file is made, and the link and onion keys
+/// it gets are never used (the node drops them when it binds as a client).
 pub fn load_or_create_keys(
     dir: &Path,
     now_unix: u64,
     rotation: RotationPolicy,
+    relay: bool,
 ) -> Result<(NodeKeys, bool), Error> {
     let id_path = dir.join(IDENTITY_FILE);
     let link_path = dir.join(LINK_KEY_FILE);
@@ -102,16 +105,20 @@ pub fn load_or_create_keys(
         created = true;
         key
     };
-    let link = if link_path.exists() {
+    let link = if link_path.exists() && relay {
         keyfile::read_hybrid(&link_path)?
     } else {
         let key = HybridSecretKey::generate()?;
-        keyfile::write_hybrid(&link_path, &key)?;
-        created = true;
+        if relay {
+            keyfile::write_hybrid(&link_path, &key)?;
+            created = true;
+        }
         key
     };
     let mut onion_keys = OnionKeyRing::new(rotation)?;
-    onion_keys.rotate(&identity, now_unix)?;
+    if relay {
+        onion_keys.rotate(&identity, now_unix)?;
+    }
     Ok((
         NodeKeys {
             identity: Arc::new(identity),
@@ -232,12 +239,12 @@ mod tests {
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join("keys")), 0o700);
         let (keys, created) =
-            load_or_create_keys(&dir, 1_000_000, RotationPolicy::default()).unwrap();
+            load_or_create_keys(&dir, 1_000_000, RotationPolicy::default(), true).unwrap();
         assert!(created);
         assert_eq!(mode(&dir.join(IDENTITY_FILE)), 0o600);
         assert_eq!(mode(&dir.join(LINK_KEY_FILE)), 0o600);
         let (again, created) =
-            load_or_create_keys(&dir, 1_000_000, RotationPolicy::default()).unwrap();
+            load_or_create_keys(&dir, 1_000_000, RotationPolicy::default(), true).unwrap();
         assert!(!created);
         assert_eq!(again.identity.node_id(), keys.identity.node_id());
         assert_eq!(again.link_key.public(), keys.link_key.public());
@@ -254,10 +261,10 @@ mod tests {
             fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
             0o700
         );
-        load_or_create_keys(&dir, 1, RotationPolicy::default()).unwrap();
+        load_or_create_keys(&dir, 1, RotationPolicy::default(), true).unwrap();
         let id = dir.join(IDENTITY_FILE);
         fs::set_permissions(&id, fs::Permissions::from_mode(0o644)).unwrap();
-        let err = load_or_create_keys(&dir, 1, RotationPolicy::default())
+        let err = load_or_create_keys(&dir, 1, RotationPolicy::default(), true)
             .unwrap_err()
             .to_string();
         assert!(err.contains("identity.key"), "{err}");

@@ -97,8 +97,9 @@ impl Daemon {
         };
         files::prepare_data_dir(&data_dir)?;
         let now = unix_now();
+        let relay = config.relay.enabled;
         let (keys, new_keys) =
-            files::load_or_create_keys(&data_dir, now, config.onion_key_rotation())?;
+            files::load_or_create_keys(&data_dir, now, config.onion_key_rotation(), relay)?;
         let identity = keys.identity.clone();
         let guards_path = data_dir.join(files::GUARDS_FILE);
         let saved_guards = files::read_guards(&guards_path)?;
@@ -108,12 +109,16 @@ impl Daemon {
         };
         let bound = BoundNode::bind(keys, settings)?;
         let listen = bound.local_addr();
-        let descriptor = bound.descriptor_builder(
-            &config.nickname,
-            config.relay.bandwidth,
-            now,
-            config.relay.descriptor_validity,
-        );
+        // A relay publishes a descriptor; a client-only daemon has none.
+        let descriptor = match relay {
+            true => Some(bound.descriptor_builder(
+                &config.nickname,
+                config.relay.bandwidth,
+                now,
+                config.relay.descriptor_validity,
+            )?),
+            false => None,
+        };
         let trusted = config.trusted(&data_dir, now, None)?;
         let directory = trusted.directory;
         let control_path = config
@@ -200,14 +205,18 @@ impl Daemon {
         let contacts: Vec<nyx_node::PinnedPeer> =
             pinned.iter().filter_map(|a| a.contact.clone()).collect();
         if !contacts.is_empty() {
-            tasks.extend(dir::fetch::spawn_uploads(
-                state.clone(),
-                contacts.clone(),
-                authority.clone(),
-            ));
+            if relay {
+                tasks.extend(dir::fetch::spawn_uploads(
+                    state.clone(),
+                    contacts.clone(),
+                    authority.clone(),
+                ));
+            }
             tasks.push(dir::fetch::spawn_fetcher(state.clone(), contacts));
         }
-        state.publish(descriptor)?;
+        if let Some(descriptor) = descriptor {
+            state.publish(descriptor)?;
+        }
         let socks = match socks_listener {
             Some(listener) => Some(crate::socks::SocksServer::spawn_with_registry(
                 listener,
@@ -260,6 +269,7 @@ impl Daemon {
         };
         tracing::info!(
             relays = directory.len(),
+            relay,
             authority = authority.is_some(),
             new_keys,
             transport = %config.transport,
@@ -384,7 +394,8 @@ fn spawn_keeper(
             };
             let rotated = certs.is_some();
             match state.renew_descriptor(certs) {
-                Ok(()) => tracing::info!(rotated, "descriptor published again"),
+                Ok(true) => tracing::info!(rotated, "descriptor published again"),
+                Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "descriptor could not be published again"),
             }
             renew_at = tokio::time::Instant::now() + half_validity();

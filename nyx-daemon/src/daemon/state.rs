@@ -76,7 +76,8 @@ pub struct DaemonState {
     log_level: Mutex<String>,
     log_control: Option<LogControl>,
     identity: Arc<IdentityKey>,
-    descriptor: Mutex<DescriptorBuilder>,
+    /// What this relay publishes; `None` for a client-only daemon.
+    descriptor: Mutex<Option<DescriptorBuilder>>,
     shutdown: watch::Sender<bool>,
     socks: Mutex<Option<SocksCounters>>,
 }
@@ -112,8 +113,8 @@ pub struct StateParts {
     pub log_control: Option<LogControl>,
     /// The node's identity (signs republished descriptors).
     pub identity: Arc<IdentityKey>,
-    /// The descriptor contents last published.
-    pub descriptor: DescriptorBuilder,
+    /// The descriptor contents to publish (`None`: a client-only daemon publishes none).
+    pub descriptor: Option<DescriptorBuilder>,
 }
 
 impl DaemonState {
@@ -329,9 +330,9 @@ impl DaemonState {
         self.node.set_limits(limits).await?;
         let relays = directory.len();
         let republish = diff.live.iter().any(|k| k.starts_with("relay."));
-        if republish {
+        let published = lock(&self.descriptor).clone();
+        if let (true, Some(mut builder)) = (republish, published) {
             self.node.set_exit_policy(policy.clone()).await?;
-            let mut builder = lock(&self.descriptor).clone();
             let now = unix_now();
             builder.exit_policy = policy;
             builder.bandwidth = new.relay.bandwidth;
@@ -342,15 +343,19 @@ impl DaemonState {
         // Keys that need a restart keep their running values.
         let mut applied = old;
         applied.directory = new.directory;
-        let rotation = (
+        let restart_only = (
+            applied.relay.enabled,
+            applied.relay.advertise,
             applied.relay.onion_key_period,
             applied.relay.onion_key_overlap,
         );
         applied.relay = new.relay;
         (
+            applied.relay.enabled,
+            applied.relay.advertise,
             applied.relay.onion_key_period,
             applied.relay.onion_key_overlap,
-        ) = rotation;
+        ) = restart_only;
         applied.limits.link_cells = new.limits.link_cells;
         applied.limits.circuit_cells = new.limits.circuit_cells;
         applied.limits.circuit_creates = new.limits.circuit_creates;
@@ -375,19 +380,22 @@ impl DaemonState {
     }
 
     /// Publish the descriptor again with a fresh validity, and with `certs` when the onion
-    /// keys rotated (the node reports them in `NodeEvent::OnionKeysRotated`).
+    /// keys rotated (the node reports them in `NodeEvent::OnionKeysRotated`). False for a
+    /// client-only daemon, which has none.
     pub fn renew_descriptor(
         &self,
         certs: Option<Vec<nyx_crypto::onion_cert::OnionKeyCert>>,
-    ) -> Result<(), Error> {
-        let mut builder = lock(&self.descriptor).clone();
+    ) -> Result<bool, Error> {
+        let Some(mut builder) = lock(&self.descriptor).clone() else {
+            return Ok(false);
+        };
         if let Some(certs) = certs {
             builder.onion_certs = certs;
         }
         let now = unix_now();
         builder.published = now;
         builder.valid_until = now + self.config().relay.descriptor_validity.as_secs();
-        self.publish(builder)
+        self.publish(builder).map(|()| true)
     }
 
     /// Sign `builder` and write it as the node's published descriptor.
@@ -402,7 +410,7 @@ impl DaemonState {
             &self.endpoints.data_dir.join(files::DESCRIPTOR_FILE),
             directory.to_text(),
         )?;
-        *lock(&self.descriptor) = builder;
+        *lock(&self.descriptor) = Some(builder);
         self.signed.send_replace(directory.iter().next().cloned());
         Ok(())
     }

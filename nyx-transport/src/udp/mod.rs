@@ -19,6 +19,10 @@
 //! after `handshake_timeout`, by a fresh HELLO (new ephemeral keys: an independent handshake,
 //! so the responder's replay cache never has to accept a repeat), up to `handshake_attempts`;
 //! see [`UdpEngine::handle_timeout`] for how both sides settle on one of several attempts.
+//!
+//! A client-only engine ([`UdpEngine::client`]) answers no HELLO and seals, in each HELLO it
+//! sends, an identity generated for that dial alone: the relay authenticates a one-link
+//! pseudonym, never the client's lasting key.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -164,6 +168,8 @@ pub struct UdpStats {
     pub dropped_no_link: u64,
     /// Datagrams dropped because the buffer pool was exhausted (backpressure).
     pub dropped_no_buffer: u64,
+    /// HELLOs dropped unread because this engine is a client's, which accepts no links.
+    pub hellos_refused: u64,
 }
 
 /// Counters of one UDP link (plain data for metrics).
@@ -221,6 +227,9 @@ struct ControlState {
 struct Dial {
     peer: NodeId,
     peer_key: HybridPublicKey,
+    /// Who this dial's HELLOs say we are: the relay's identity, or (client-only engine) one
+    /// made for this link alone.
+    identity: Arc<IdentityKey>,
     /// One entry per fresh HELLO sent, oldest first (at most [`MAX_HELLOS_KEPT`]): the
     /// initiator state a WELCOME for it finishes. The last is the one resent with a cookie.
     hellos: VecDeque<HelloSent>,
@@ -245,7 +254,9 @@ struct HelloSent {
 /// datagrams to send and events. One socket driver owns it.
 pub struct UdpEngine {
     config: UdpConfig,
-    identity: Arc<IdentityKey>,
+    /// The relay's identity; `None` for a client-only engine, which answers no HELLO and
+    /// dials each link as a fresh identity.
+    identity: Option<Arc<IdentityKey>>,
     link_keys: Vec<LinkKey>,
     replay: ReplayCache,
     limiter: KeyedLimiter<IpPrefix>,
@@ -265,10 +276,28 @@ pub struct UdpEngine {
 }
 
 impl UdpEngine {
-    /// An engine for `identity` answering HELLOs for `link_keys`.
+    /// A relay's engine: it answers HELLOs for `link_keys`, and every link it dials shows
+    /// `identity`.
     pub fn new(
         config: UdpConfig,
         identity: Arc<IdentityKey>,
+        link_keys: Vec<LinkKey>,
+        now: Timestamp,
+    ) -> Result<Self, Error> {
+        Self::with_role(config, Some(identity), link_keys, now)
+    }
+
+    /// A client-only engine: it answers no HELLO (counted in
+    /// [`UdpStats::hellos_refused`]), and each link it dials shows an identity generated
+    /// for that link alone, so its guard cannot link two of its links by identity and holds
+    /// no signature by a lasting key of the client.
+    pub fn client(config: UdpConfig, now: Timestamp) -> Result<Self, Error> {
+        Self::with_role(config, None, Vec::new(), now)
+    }
+
+    fn with_role(
+        config: UdpConfig,
+        identity: Option<Arc<IdentityKey>>,
         link_keys: Vec<LinkKey>,
         now: Timestamp,
     ) -> Result<Self, Error> {
@@ -319,9 +348,16 @@ impl UdpEngine {
         addr: SocketAddr,
         now: Timestamp,
     ) -> Result<(), Error> {
+        let identity = match &self.identity {
+            Some(identity) => identity.clone(),
+            None => Arc::new(IdentityKey::generate().map_err(|e| Error::Link {
+                reason: format!("cannot make a link identity: {e}"),
+            })?),
+        };
         let dial = Dial {
             peer,
             peer_key,
+            identity,
             hellos: VecDeque::new(),
             cookie: [0; COOKIE_LEN],
             attempts: 0,
@@ -579,7 +615,7 @@ impl UdpEngine {
         };
         if fresh || dial.hellos.is_empty() {
             let (state, hello) =
-                LinkInitiator::new(&self.identity, dial.peer, dial.peer_key.clone())
+                LinkInitiator::new(&dial.identity, dial.peer, dial.peer_key.clone())
                     .start()
                     .map_err(|e| Error::Link {
                         reason: e.to_string(),
@@ -605,6 +641,11 @@ impl UdpEngine {
     }
 
     fn on_hello(&mut self, from: SocketAddr, body: &[u8], now: Timestamp) {
+        // A client accepts no links: no cookie, no decapsulation, nothing to learn.
+        let Some(node) = self.identity.as_ref().map(|i| i.node_id()) else {
+            self.stats.hellos_refused += 1;
+            return;
+        };
         let (cookie, hello) = body.split_at(COOKIE_LEN);
         // Load: HELLOs in the current second.
         let second = now.as_nanos() / 1_000_000_000;
@@ -630,7 +671,6 @@ impl UdpEngine {
             self.stats.handshakes_failed += 1;
             return;
         }
-        let node = self.identity.node_id();
         match LinkResponder::new(node, &self.link_keys).respond(
             hello,
             &mut self.replay,

@@ -3,8 +3,9 @@
 //! equal-size datagrams to one peer, GRO and `recvmmsg` on receive), and talks to the rest of
 //! the node through channels. The caller (nyx-node) spawns [`UdpTransport::run`].
 
+use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -89,6 +90,59 @@ pub struct UdpTransport {
     tap: Option<(SocketAddr, crate::fault::WireTap)>,
     /// Tests: faults applied to every datagram received.
     faults: Option<ReceiveFaults>,
+    /// How the socket's addresses map to the engine's (see [`Addressing`]).
+    addressing: Addressing,
+}
+
+/// Addresses between the socket and the engine. The engine sees every peer by its plain
+/// address (IPv4 as IPv4, as descriptors publish them); a dual-stack IPv6 socket sends to and
+/// receives from IPv4 peers as IPv4-mapped IPv6 addresses. On a socket bound to an
+/// unspecified address (0.0.0.0 or [::]) a reply must leave from the local address the peer
+/// sent to, not whichever the kernel would pick (a peer matches replies by address): the
+/// destination of each received datagram is kept per peer and used as the source of what
+/// is sent to it.
+#[derive(Debug)]
+struct Addressing {
+    /// The socket is IPv6 (dual-stack unless the system says otherwise).
+    v6: bool,
+    /// The socket is bound to an unspecified address.
+    unspecified: bool,
+    /// The local address each peer last sent to (unspecified sockets only).
+    reply_from: HashMap<SocketAddr, IpAddr>,
+    /// Entries kept at most before the table is emptied (it refills as datagrams arrive).
+    max_entries: usize,
+}
+
+impl Addressing {
+    fn new(local: SocketAddr, max_peers: usize) -> Self {
+        Addressing {
+            v6: local.is_ipv6(),
+            unspecified: local.ip().is_unspecified(),
+            reply_from: HashMap::new(),
+            max_entries: max_peers.saturating_mul(2).max(64),
+        }
+    }
+
+    /// A received datagram's source as the engine knows it; remembers where it arrived.
+    fn received(&mut self, from: SocketAddr, to_local: Option<IpAddr>) -> SocketAddr {
+        let from = SocketAddr::new(from.ip().to_canonical(), from.port());
+        if let (true, Some(local)) = (self.unspecified, to_local) {
+            if self.reply_from.len() >= self.max_entries && !self.reply_from.contains_key(&from) {
+                self.reply_from.clear();
+            }
+            self.reply_from.insert(from, local.to_canonical());
+        }
+        from
+    }
+
+    /// The socket destination and the source address for a datagram to `to`.
+    fn sending(&self, to: SocketAddr) -> (SocketAddr, Option<IpAddr>) {
+        let destination = match (self.v6, to.ip()) {
+            (true, IpAddr::V4(v4)) => SocketAddr::new(IpAddr::V6(v4.to_ipv6_mapped()), to.port()),
+            _ => to,
+        };
+        (destination, self.reply_from.get(&to).copied())
+    }
 }
 
 /// The fault shim on the receive path and the counters it publishes.
@@ -99,13 +153,27 @@ struct ReceiveFaults {
 }
 
 impl UdpTransport {
-    /// Bind `addr` (needs a tokio runtime) for `identity` with its link keys.
+    /// Bind `addr` (needs a tokio runtime) as a relay: `identity` with its link keys
+    /// ([`UdpEngine::new`]).
     pub fn bind(
         addr: SocketAddr,
         identity: Arc<IdentityKey>,
         link_keys: Vec<LinkKey>,
         config: UdpConfig,
     ) -> Result<Self, Error> {
+        let max_peers = config.max_peers;
+        let engine = UdpEngine::new(config, identity, link_keys, Timestamp::ZERO)?;
+        Self::bind_engine(addr, engine, max_peers)
+    }
+
+    /// Bind `addr` (needs a tokio runtime) as a client-only node ([`UdpEngine::client`]):
+    /// no HELLO is answered, and each dialled link shows an identity of its own.
+    pub fn bind_client(addr: SocketAddr, config: UdpConfig) -> Result<Self, Error> {
+        let max_peers = config.max_peers;
+        Self::bind_engine(addr, UdpEngine::client(config, Timestamp::ZERO)?, max_peers)
+    }
+
+    fn bind_engine(addr: SocketAddr, engine: UdpEngine, max_peers: usize) -> Result<Self, Error> {
         let std = std::net::UdpSocket::bind(addr).map_err(io_error("bind UDP socket"))?;
         std.set_nonblocking(true)
             .map_err(io_error("make UDP socket non-blocking"))?;
@@ -115,8 +183,9 @@ impl UdpTransport {
         let _ = state.set_recv_buffer_size((&std).into(), SOCKET_BUFFER);
         let _ = state.set_send_buffer_size((&std).into(), SOCKET_BUFFER);
         let io = tokio::net::UdpSocket::from_std(std).map_err(io_error("register UDP socket"))?;
-        let engine = UdpEngine::new(config, identity, link_keys, Timestamp::ZERO)?;
+        let local = io.local_addr().map_err(io_error("UDP socket address"))?;
         Ok(UdpTransport {
+            addressing: Addressing::new(local, max_peers),
             io,
             state,
             engine,
@@ -244,10 +313,11 @@ impl UdpTransport {
         };
         for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
             let stride = m.stride.max(1);
+            let from = self.addressing.received(m.addr, m.dst_ip);
             for datagram in slice[..m.len].chunks(stride) {
                 match &mut self.faults {
-                    None => self.engine.handle_datagram(m.addr, datagram, now),
-                    Some(faults) => faults.shim.push(now, (m.addr, datagram.to_vec())),
+                    None => self.engine.handle_datagram(from, datagram, now),
+                    Some(faults) => faults.shim.push(now, (from, datagram.to_vec())),
                 }
             }
         }
@@ -313,12 +383,13 @@ impl UdpTransport {
         if let Some((from, tap)) = &self.tap {
             tap.record(*from, to, contents, segment_size);
         }
+        let (destination, src_ip) = self.addressing.sending(to);
         let transmit = Transmit {
-            destination: to,
+            destination,
             ecn: None,
             contents,
             segment_size,
-            src_ip: None,
+            src_ip,
         };
         loop {
             if self.io.writable().await.is_err() {

@@ -28,14 +28,14 @@ impl Driver {
                     tracing::info!(keys = certs.len(), "onion keys rotated");
                     let _ = self.events.send(NodeEvent::OnionKeysRotated { certs });
                 }
-                self.rotate_at = rotation_deadline(self.overlay.onion_keys().next_rotation());
+                self.rotate_at = Some(rotation_deadline(self.overlay.onion_keys().next_rotation()));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "onion key rotation failed; retrying in a minute");
                 let _ = self.events.send(NodeEvent::Error {
                     message: format!("onion key rotation failed: {e}"),
                 });
-                self.rotate_at = Instant::now() + std::time::Duration::from_secs(60);
+                self.rotate_at = Some(Instant::now() + std::time::Duration::from_secs(60));
             }
         }
     }

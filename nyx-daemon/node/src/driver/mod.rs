@@ -54,8 +54,9 @@ struct Driver {
     overlay: Overlay,
     /// Signs the onion keys it rotates.
     identity: Arc<IdentityKey>,
-    /// When the onion keys next need rotating.
-    rotate_at: Instant,
+    /// When the onion keys next need rotating (never for a client-only node, which has
+    /// none).
+    rotate_at: Option<Instant>,
     clock: CoarseClock,
     directory: Directory,
     /// Paths, attempts and blame for this node's circuit requests.
@@ -96,13 +97,17 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         ..
     } = node;
     let me = identity.node_id();
+    let relay = settings.role.is_relay();
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(Error::Randomness)?;
     let clock = CoarseClock::new();
     let overlay = Overlay::new(
         me,
         onion_keys,
-        settings.overlay.clone(),
+        nyx_overlay::OverlayConfig {
+            relay,
+            ..settings.overlay.clone()
+        },
         u64::from_le_bytes([
             seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], seed[6], seed[7],
         ]),
@@ -119,8 +124,11 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     let (quic, udp) = match bound {
         Bound::Quic(endpoint) => {
             let endpoint = Arc::new(endpoint);
-            let task = spawn_quic_acceptor(endpoint.clone(), link_events_tx.clone());
-            push_task(&aux, task);
+            // A client's endpoint accepts nothing: no task waits on it.
+            if endpoint.accepts_links() {
+                let task = spawn_quic_acceptor(endpoint.clone(), link_events_tx.clone());
+                push_task(&aux, task);
+            }
             (Some(endpoint), None)
         }
         Bound::Udp(transport) => {
@@ -146,7 +154,8 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     if let Some((field, reason)) = settings.streams.problem() {
         return Err(nyx_overlay::Error::StreamConfig { field, reason }.into());
     }
-    let exit_service = (settings.exit_service == ExitServiceKind::Streams).then(|| {
+    // Only a relay is ever the last hop of someone's circuit.
+    let exit_service = (relay && settings.exit_service == ExitServiceKind::Streams).then(|| {
         Arc::new(ExitService {
             policy: std::sync::RwLock::new(Arc::new(settings.exit_policy.clone())),
             config: settings.streams.clone(),
@@ -157,7 +166,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     });
     let streams = ClientStreams::new(settings.streams.clone(), settings.stream_open_timeout);
     let (liveness, alive) = Liveness::new();
-    let rotate_at = rotation_deadline(overlay.onion_keys().next_rotation());
+    let rotate_at = relay.then(|| rotation_deadline(overlay.onion_keys().next_rotation()));
     let driver = Driver {
         overlay,
         identity,
@@ -231,7 +240,7 @@ impl Driver {
         loop {
             // One timer for both: the overlay's next deadline and the next key rotation.
             let overlay_due = Instant::from_std(self.clock.instant_of(self.overlay.poll_timeout()));
-            let deadline = overlay_due.min(self.rotate_at);
+            let deadline = self.rotate_at.map_or(overlay_due, |r| overlay_due.min(r));
             tokio::select! {
                 // Every Node, NodeHandle and client stream is gone: nobody can use the node.
                 _ = &mut alive => {
@@ -283,7 +292,7 @@ impl Driver {
                 }
                 () = tokio::time::sleep_until(deadline) => {
                     let now = self.clock.tick();
-                    if Instant::now() >= self.rotate_at {
+                    if self.rotate_at.is_some_and(|r| Instant::now() >= r) {
                         self.rotate_onion_keys();
                     }
                     // Returns at once when the overlay's deadline has not come yet.

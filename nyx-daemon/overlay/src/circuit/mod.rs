@@ -38,6 +38,9 @@ pub use wire::{DestroyReason, LINK_CELL_LEN, MAX_BACKWARD_BODY, MAX_FORWARD_BODY
 /// Settings of the overlay core. Defaults suit a public node; tests shorten the timers.
 #[derive(Debug, Clone)]
 pub struct OverlayConfig {
+    /// Whether this node relays others' circuits. A client-only node (false) refuses every
+    /// CREATE and CREATE_FAST with DESTROY, whatever link it came over. Default true.
+    pub relay: bool,
     /// A circuit not built within this is abandoned. Default 10 s.
     pub build_timeout: Duration,
     /// A built circuit is destroyed this long after it was built. Default 10 min (Tor's
@@ -84,6 +87,7 @@ impl Default for OverlayConfig {
             _ => Quota::new(NonZeroU32::MIN, NonZeroU32::MIN),
         };
         OverlayConfig {
+            relay: true,
             build_timeout: Duration::from_secs(10),
             max_circuit_lifetime: Duration::from_secs(600),
             rotate_before: Duration::from_secs(60),
@@ -556,11 +560,6 @@ impl Overlay {
                 return id;
             }
         }
-    }
-
-    /// Whether `circ`, chosen by `peer`, is in `peer`'s half of the id space.
-    fn in_peer_half(&self, peer: NodeId, circ: u32) -> bool {
-        (circ & 0x8000_0000 != 0) == (peer > self.me)
     }
 }
 

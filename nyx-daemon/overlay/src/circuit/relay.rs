@@ -112,7 +112,13 @@ impl Overlay {
     /// Whether a CREATE on `circ` from `from` passes the slot, rate and circuit limits; if
     /// not, it was refused with DESTROY.
     fn may_create(&mut self, from: NodeId, circ: u32, now: Timestamp) -> bool {
-        if self.shared.slots.contains_key(&(from, circ)) || !self.in_peer_half(from, circ) {
+        if !self.config.relay {
+            self.refuse_create(from, circ, DestroyReason::Protocol, now);
+            return false;
+        }
+        // Either half of the id space is accepted (docs/protocol.md, "Circuit ids"): a
+        // client-only peer cannot know which half its one-link identity gives it.
+        if self.shared.slots.contains_key(&(from, circ)) {
             self.shared.stats.bad_control += 1;
             self.refuse_create(from, circ, DestroyReason::Protocol, now);
             return false;

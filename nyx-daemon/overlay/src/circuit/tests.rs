@@ -707,3 +707,40 @@ fn mismatched_or_altered_fast_answers_fail_the_build() {
         .handle_control(relay, &forged.encode(), now);
     assert_eq!(net.nodes[0].overlay.stats().bad_control, bad_before + 1);
 }
+
+/// A client-only overlay (`relay: false`) refuses every CREATE and CREATE_FAST with DESTROY,
+/// relays nothing, and still builds its own circuits through relays.
+#[test]
+fn a_client_only_node_relays_nothing_but_builds_its_own() {
+    let mut net = Net::new(4);
+    let client_config = OverlayConfig {
+        relay: false,
+        ..test_config()
+    };
+    net.nodes[1] = node(2, client_config);
+    // Through the client: its CREATE is refused, the build fails at that hop.
+    let c = net.build(0, &[1, 2]);
+    assert!(
+        matches!(
+            &net.events(0)[..],
+            [Event::Failed { circuit, reason: DestroyReason::Protocol, .. }] if *circuit == c
+        ),
+        "a client answered a CREATE"
+    );
+    let client = net.nodes[1].id;
+    let now = net.now;
+    let d = net.nodes[0].overlay.build_directory(client, now).unwrap();
+    net.settle();
+    assert!(
+        matches!(
+            &net.events(0)[..],
+            [Event::Failed { circuit, reason: DestroyReason::Protocol, .. }] if *circuit == d
+        ),
+        "a client answered a CREATE_FAST"
+    );
+    assert_eq!(net.nodes[1].overlay.relay_circuits(), 0);
+    assert_eq!(net.nodes[1].overlay.stats().creates_refused, 2);
+    // Its own circuits are unaffected.
+    let own = net.build(1, &[0, 2, 3]);
+    assert_eq!(net.events(1), vec![Event::Built { circuit: own }]);
+}

@@ -237,8 +237,9 @@ struct PreparedAuthority {
 fn prepare_authority(dir: &Path, i: u8) -> Result<PreparedAuthority, Failure> {
     let data = dir.join(format!("node{i}"));
     files::prepare_data_dir(&data).map_err(|e| Failure::Call(e.to_string()))?;
-    let (keys, _) = files::load_or_create_keys(&data, nyx_node::unix_now(), Default::default())
-        .map_err(|e| Failure::Call(e.to_string()))?;
+    let (keys, _) =
+        files::load_or_create_keys(&data, nyx_node::unix_now(), Default::default(), true)
+            .map_err(|e| Failure::Call(e.to_string()))?;
     // A free UDP port on its address (QUIC and the UDP transport both listen on UDP).
     let socket = std::net::UdpSocket::bind(("127.0.0.".to_owned() + &i.to_string(), 0))
         .and_then(|s| s.local_addr())
@@ -283,7 +284,8 @@ async fn start_member(dir: &Path, i: u8, settings: &MemberSettings<'_>) -> Resul
          [socks]\n{socks}\
          [directory]\nauthorities = [{authorities}]\n\
          {authority}\
-         [relay]\nexit_policy = [\"accept 127.0.0.0/8:*\", \"accept [::1]:*\", \"reject *:*\"]\n\
+         [relay]\nenabled = true\n\
+         exit_policy = [\"accept 127.0.0.0/8:*\", \"accept [::1]:*\", \"reject *:*\"]\n\
          [limits]\nhandshakes_per_prefix = {{ per_second = 1000.0, burst = 1000 }}\n\
          [log]\nlevel = \"{log_level}\"\n",
         transport = settings.transport,

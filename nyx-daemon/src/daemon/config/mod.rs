@@ -16,18 +16,20 @@ use nyx_core::rate::Quota;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-use nyx_node::NodeSettings;
+use nyx_node::{NodeRole, NodeSettings};
 use nyx_overlay::circuit::LiveLimits;
 use nyx_overlay::directory::{ExitPolicy, MAX_NICKNAME_LEN};
 pub use sections::{AuthoritySection, ControlConfig, LogConfig, LogFormat, TelemetryConfig};
 
 /// Everything `nyx-daemon` reads from its TOML file. Every field has a default, so an empty
-/// file (or no file) is a working client-and-relay node on 127.0.0.1.
+/// file (or no file) is a working client-only node (`relay.enabled = true` makes a relay).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DaemonConfig {
-    /// Addresses the node listens on for other nodes (one for now). Port 0 picks a free
-    /// port. Default `["127.0.0.1:0"]`.
+    /// The node's socket (one address for now): where a relay listens for other nodes and
+    /// what its descriptor publishes; where a client's links start from. Port 0 picks a
+    /// free port. Default: none given, which binds `127.0.0.1:0` for a relay and
+    /// `0.0.0.0:0` for a client.
     pub listen: Vec<SocketAddr>,
     /// `quic` (default) or `udp`.
     pub transport: TransportKind,
@@ -115,6 +117,15 @@ impl Default for DirectorySection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RelaySection {
+    /// Relay others' circuits: listen for links, publish a descriptor (uploaded to the
+    /// authorities), rotate onion keys, show the identity on links. Off (the default), the
+    /// node is a client only: it accepts no links, publishes nothing, makes no link key,
+    /// and its guard sees a fresh identity on each link (Tor's and arti's default).
+    pub enabled: bool,
+    /// The address the descriptor publishes when it is not `listen`: for a relay listening
+    /// on `0.0.0.0` or `[::]`, or behind NAT or port forwarding. Port 0 means the bound
+    /// port. Default: none (`listen` is published).
+    pub advertise: Option<SocketAddr>,
     /// Exit policy: rules `accept|reject ADDR[/BITS]:PORTS`, first match wins, then reject.
     /// Default `["reject *:*"]` (not an exit). Changes apply on reload.
     pub exit_policy: Vec<String>,
@@ -138,6 +149,8 @@ pub struct RelaySection {
 impl Default for RelaySection {
     fn default() -> Self {
         RelaySection {
+            enabled: false,
+            advertise: None,
             exit_policy: vec!["reject *:*".to_owned()],
             bandwidth: 1000,
             descriptor_validity: Duration::from_secs(24 * 3600),
@@ -150,7 +163,7 @@ impl Default for RelaySection {
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
-            listen: vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
+            listen: Vec::new(),
             transport: TransportKind::Quic,
             data_dir: None,
             nickname: "nyx".to_owned(),
@@ -200,8 +213,29 @@ impl DaemonConfig {
                 reason,
             })
         };
-        if self.listen.is_empty() {
-            add("listen", "at least one address is needed".to_owned());
+        if self.relay.enabled
+            && self.relay.advertise.is_none()
+            && let Some(addr) = self.listen.first()
+            && addr.ip().is_unspecified()
+        {
+            add(
+                "listen",
+                format!(
+                    "a relay on {} must say where others reach it: set relay.advertise",
+                    addr.ip()
+                ),
+            );
+        }
+        if let Some(addr) = self.relay.advertise
+            && addr.ip().is_unspecified()
+        {
+            add(
+                "relay.advertise",
+                format!(
+                    "{} reaches nobody: give the address others reach",
+                    addr.ip()
+                ),
+            );
         }
         for (i, addr) in self.listen.iter().enumerate() {
             if self.listen[..i].contains(addr) {
@@ -268,6 +302,13 @@ impl DaemonConfig {
             add(
                 "authority.period",
                 format!("{:?} is shorter than {min_period}s", self.authority.period),
+            );
+        }
+        if self.authority.enabled && !self.relay.enabled {
+            add(
+                "authority.enabled",
+                "an authority is reached and probes relays as a relay: set relay.enabled"
+                    .to_owned(),
             );
         }
         if self.authority.enabled && self.directory.authorities.is_empty() {
@@ -372,13 +413,20 @@ impl DaemonConfig {
     /// The node settings this configuration asks for (validated configuration assumed;
     /// invalid values fall back to the defaults).
     pub fn node_settings(&self) -> NodeSettings {
+        let (role, listen) = match self.relay.enabled {
+            true => (NodeRole::Relay, Ipv4Addr::LOCALHOST),
+            false => (NodeRole::Client, Ipv4Addr::UNSPECIFIED),
+        };
         let mut s = NodeSettings {
+            role,
             transport: self.transport,
+            listen: SocketAddr::from((listen, 0)),
             ..NodeSettings::default()
         };
         if let Some(addr) = self.listen.first() {
             s.listen = *addr;
         }
+        s.advertise = self.relay.advertise;
         if let Ok(limits) = self.live_limits() {
             s.overlay.link_cells = limits.link_cells;
             s.overlay.circuit_cells = limits.circuit_cells;

@@ -117,13 +117,13 @@ fn wrong_types_are_named() {
 #[test]
 fn invalid_values_are_all_listed() {
     let err = parse_str(
-        "listen = []\nnickname = \"bad name\"\n[limits]\nmax_links = 0\n\
-         [relay]\nexit_policy = [\"allow *:*\"]\n[socks]\nmax_connections = 0\n",
+        "listen = [\"0.0.0.0:9001\"]\nnickname = \"bad name\"\n[limits]\nmax_links = 0\n\
+         [relay]\nenabled = true\nexit_policy = [\"allow *:*\"]\n[socks]\nmax_connections = 0\n",
     )
     .unwrap_err()
     .to_string();
     for needle in [
-        "listen: at least one address",
+        "listen: a relay on 0.0.0.0 must say where others reach it",
         "limits.max_links: must be at least 1",
         "nickname: \"bad name\" contains ' '",
         "relay.exit_policy:",
@@ -209,6 +209,8 @@ fn every_key_changed_alone_is_reported() {
         data_dir: Some("/var/lib/nyx".into()),
         ..DaemonConfig::default()
     };
+    base.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    base.relay.advertise = Some("127.0.0.1:9001".parse().unwrap());
     base.control.socket = Some("/run/nyx/control.sock".into());
     base.telemetry.otlp_endpoint = Some("http://127.0.0.1:4317".into());
     base.telemetry.prometheus_listen = Some("127.0.0.1:9100".parse().unwrap());
@@ -294,4 +296,49 @@ fn otlp_over_https_is_refused_at_start() {
         "{err}"
     );
     assert!(parse_str("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4317\"\n").is_ok());
+}
+
+/// A relay publishes where others reach it: an unspecified listen address needs
+/// `relay.advertise`, which itself must be specific; a client may bind anywhere; an
+/// authority must be a relay.
+#[test]
+fn relays_say_where_they_are_reached() {
+    assert!(parse_str("listen = [\"0.0.0.0:0\"]\n").is_ok(), "a client");
+    let err = parse_str("listen = [\"[::]:9001\"]\n[relay]\nenabled = true\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("listen: a relay on :: must say"), "{err}");
+    let ok = parse_str(
+        "listen = [\"[::]:9001\"]\n[relay]\nenabled = true\nadvertise = \"[2001:db8::7]:0\"\n",
+    )
+    .unwrap();
+    let settings = ok.node_settings();
+    assert_eq!(settings.role, nyx_node::NodeRole::Relay);
+    assert_eq!(settings.advertise, Some("[2001:db8::7]:0".parse().unwrap()));
+    let err = parse_str("[relay]\nenabled = true\nadvertise = \"0.0.0.0:9001\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("relay.advertise: 0.0.0.0 reaches nobody"),
+        "{err}"
+    );
+    let key = nyx_crypto::identity::IdentityKey::from_seed(&[1; 32]).public();
+    let err = parse_str(&format!(
+        "[directory]\nauthorities = [\"{}\"]\n[authority]\nenabled = true\n",
+        crate::daemon::trust::authority_hex(&key)
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("authority.enabled: an authority is reached"),
+        "{err}"
+    );
+    // The defaults: a client on any IPv4 interface; a relay on loopback.
+    let client = DaemonConfig::default().node_settings();
+    assert_eq!(client.role, nyx_node::NodeRole::Client);
+    assert_eq!(client.listen, "0.0.0.0:0".parse().unwrap());
+    let relay = parse_str("[relay]\nenabled = true\n")
+        .unwrap()
+        .node_settings();
+    assert_eq!(relay.listen, "127.0.0.1:0".parse().unwrap());
 }
