@@ -99,7 +99,7 @@ impl BoundNode {
     }
 
     /// This node's descriptor, signed, valid for `validity` from `now_unix`; it publishes
-    /// the exit policy of the node's settings.
+    /// the exit policy and the family of the node's settings (without the node's own id).
     pub fn descriptor(
         &self,
         nickname: &str,
@@ -122,6 +122,11 @@ impl BoundNode {
         now_unix: u64,
         validity: Duration,
     ) -> DescriptorBuilder {
+        let own = self.identity.node_id();
+        // An operator may give every relay of a family the same list, each one's own id in it.
+        let family = (self.settings.family.iter().copied())
+            .filter(|id| *id != own)
+            .collect();
         let (quic_addr, udp_addr) = match self.settings.transport {
             TransportKind::Quic => (Some(self.addr), None),
             TransportKind::Udp => (None, Some(self.addr)),
@@ -133,6 +138,7 @@ impl BoundNode {
             link_key: self.link_public.clone(),
             onion_certs: self.onion_keys.certs().to_vec(),
             exit_policy: self.settings.exit_policy.clone(),
+            family,
             bandwidth,
             published: now_unix,
             valid_until: now_unix + validity.as_secs(),
