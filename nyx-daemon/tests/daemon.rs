@@ -133,12 +133,13 @@ fn embedded_defaults_create_private_state_and_stop_cleanly() {
 async fn control_api_cli_reload_and_metrics() {
     let dir = temp_dir("control");
     let config = dir.join("nyx.toml");
-    let write_config = |policy: &str, level: &str, socks: &str| {
+    // `family`: the entries of relay.family, as TOML.
+    let write_config = |policy: &str, family: &str, level: &str, socks: &str| {
         std::fs::write(
             &config,
             format!(
                 "data_dir = \"{}\"\nnickname = \"ctl\"\n[socks]\nlisten = \"{socks}\"\n\
-                 [relay]\nenabled = true\nexit_policy = [\"{policy}\"]\n\
+                 [relay]\nenabled = true\nexit_policy = [\"{policy}\"]\nfamily = [{family}]\n\
                  [log]\nlevel = \"{level}\"\n\
                  [telemetry]\nprometheus_listen = \"127.0.0.1:0\"\n",
                 dir.join("data").display()
@@ -146,7 +147,7 @@ async fn control_api_cli_reload_and_metrics() {
         )
         .unwrap();
     };
-    write_config("reject *:*", "info", "127.0.0.1:0");
+    write_config("reject *:*", "", "info", "127.0.0.1:0");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
     cmd.arg("--config").arg(&config);
     let daemon = DaemonProcess::spawn(cmd);
@@ -266,8 +267,12 @@ async fn control_api_cli_reload_and_metrics() {
         .await
         .unwrap()
         .into_inner();
-    // Reload through SIGHUP: exit policy and log level are live, the SOCKS address is not.
-    write_config("accept 127.0.0.0/8:*", "warn", "127.0.0.1:1");
+    // Reload through SIGHUP: exit policy, family and log level are live, the SOCKS address
+    // is not. The family lists this node too, as one list for every relay of a family
+    // would; the descriptor leaves it out.
+    let sibling = "ab".repeat(32);
+    let family = format!("\"{}\", \"{sibling}\"", daemon.ready.node_id);
+    write_config("accept 127.0.0.0/8:*", &family, "warn", "127.0.0.1:1");
     daemon.signal("-HUP");
     let event = tokio::time::timeout(Duration::from_secs(10), events.message())
         .await
@@ -295,8 +300,10 @@ async fn control_api_cli_reload_and_metrics() {
         d.exit_policy().allows(&"127.0.0.1:80".parse().unwrap()),
         "the descriptor is republished with the new policy"
     );
+    let sibling: nyx_core::NodeId = sibling.parse().unwrap();
+    assert_eq!(d.family(), [sibling], "and the new family");
     // Reload through the API reports what needs a restart.
-    write_config("accept 127.0.0.0/8:*", "warn", "127.0.0.1:2");
+    write_config("accept 127.0.0.0/8:*", &family, "warn", "127.0.0.1:2");
     let r = c
         .reload_config(pb::ReloadConfigRequest {})
         .await
@@ -312,7 +319,7 @@ async fn control_api_cli_reload_and_metrics() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("max_circuts"), "{err:?}");
-    write_config("accept 127.0.0.0/8:*", "warn", "127.0.0.1:2");
+    write_config("accept 127.0.0.0/8:*", &family, "warn", "127.0.0.1:2");
 
     // Health and reflection.
     let channel = support::channel(&socket).await;

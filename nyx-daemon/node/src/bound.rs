@@ -131,8 +131,9 @@ impl BoundNode {
     }
 
     /// This node's descriptor, signed, valid for `validity` from `now_unix`; it publishes
-    /// the exit policy of the node's settings and its [`advertised_addr`](Self::advertised_addr).
-    /// Refused for a client-only node, and for a relay with no address others can reach.
+    /// the exit policy and the family of the node's settings (without the node's own id) and
+    /// its [`advertised_addr`](Self::advertised_addr). Refused for a client-only node, and
+    /// for a relay with no address others can reach.
     pub fn descriptor(
         &self,
         nickname: &str,
@@ -161,6 +162,11 @@ impl BoundNode {
             });
         }
         let addr = self.advertised_addr()?;
+        let own = self.identity.node_id();
+        // An operator may give every relay of a family the same list, each one's own id in it.
+        let family = (self.settings.family.iter().copied())
+            .filter(|id| *id != own)
+            .collect();
         let (quic_addr, udp_addr) = match self.settings.transport {
             TransportKind::Quic => (Some(addr), None),
             TransportKind::Udp => (None, Some(addr)),
@@ -172,6 +178,7 @@ impl BoundNode {
             link_key: self.link_public.clone(),
             onion_certs: self.onion_keys.certs().to_vec(),
             exit_policy: self.settings.exit_policy.clone(),
+            family,
             bandwidth,
             published: now_unix,
             valid_until: now_unix + validity.as_secs(),

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
@@ -100,6 +101,11 @@ pub struct NodeSettings {
     /// What this node lets its circuits' streams connect to, as an exit (also what its
     /// descriptor publishes). Default: nothing (`reject *:*`).
     pub exit_policy: ExitPolicy,
+    /// The relays this node declares as its family in its descriptor (at most
+    /// [`MAX_FAMILY`](nyx_overlay::directory::MAX_FAMILY) besides its own id, which is left
+    /// out if listed). Paths avoid two relays of one family only where each declares the
+    /// other. Default: none.
+    pub family: Vec<NodeId>,
     /// What this node does with payloads it receives as an exit. Default: streams.
     pub exit_service: ExitServiceKind,
     /// Streams (both as a client and as an exit).
@@ -161,6 +167,7 @@ impl Default for NodeSettings {
             tap: None,
             faults: FaultConfig::default(),
             exit_policy: ExitPolicy::reject_all(),
+            family: Vec::new(),
             exit_service: ExitServiceKind::Streams,
             streams: StreamConfig::default(),
             stream_open_timeout: Duration::from_secs(30),

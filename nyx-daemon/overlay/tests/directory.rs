@@ -6,14 +6,16 @@ use std::net::SocketAddr;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::{HybridSecretKey, SEED_LEN};
 use nyx_crypto::onion_cert::OnionKeyCert;
+use nyx_overlay::directory::request::MAX_DESCRIPTOR_LEN;
 use nyx_overlay::directory::testnet::{self, TestnetSpec};
 use nyx_overlay::directory::{
     Descriptor, DescriptorBuilder, DescriptorError, Directory, DirectoryError, ExitPolicy,
-    ExitTarget, MAX_CLOCK_SKEW, SIGNATURE_CONTEXT,
+    ExitTarget, MAX_CLOCK_SKEW, MAX_FAMILY, MAX_NICKNAME_LEN, SIGNATURE_CONTEXT,
 };
 use proptest::prelude::*;
 
@@ -34,6 +36,7 @@ fn builder(id: &IdentityKey, published: u64, valid_until: u64) -> DescriptorBuil
             OnionKeyCert::sign(id, onion.public(), published, valid_until + 3600).unwrap(),
         ],
         exit_policy: "accept *:80, accept *:443, reject *:*".parse().unwrap(),
+        family: Vec::new(),
         bandwidth: 500,
         published,
         valid_until,
@@ -125,8 +128,9 @@ fn every_rejection_reason_leaves_the_other_descriptors_in_use() {
     let mut flipped = bytes.clone();
     flipped[find(&bytes, base.link_key().to_bytes()) + 100] ^= 0x01;
 
+    // Version 1 (before the family field) is refused by its version byte.
     let mut wrong_version = bytes.clone();
-    wrong_version[0] = 2;
+    wrong_version[0] = 1;
     let wrong_version = resign(&id, wrong_version);
 
     let mut trailing = bytes.clone();
@@ -168,7 +172,7 @@ fn every_rejection_reason_leaves_the_other_descriptors_in_use() {
         ),
         (
             line(&wrong_version),
-            DescriptorError::UnsupportedVersion { version: 2 },
+            DescriptorError::UnsupportedVersion { version: 1 },
         ),
         (
             line(&bytes[..bytes.len() - 10]),
@@ -267,6 +271,28 @@ fn a_generated_testnet_parses_back_without_rejections() {
     }
 }
 
+#[test]
+fn the_largest_descriptor_is_max_descriptor_len_bytes() {
+    let id = IdentityKey::from_seed(&[1; 32]);
+    let mut b = builder(&id, T0, T0 + 3600);
+    b.nickname = "n".repeat(MAX_NICKNAME_LEN);
+    b.quic_addr = Some("[2001:db8::1]:443".parse().unwrap());
+    b.udp_addr = Some("[2001:db8::2]:443".parse().unwrap());
+    let next = HybridSecretKey::from_seed(&[6; SEED_LEN]);
+    b.onion_certs
+        .push(OnionKeyCert::sign(&id, next.public(), T0 + 60, T0 + 7200).unwrap());
+    let rules: Vec<String> = (1..=256)
+        .map(|port| format!("reject [2001:db8::]/32:{port}"))
+        .collect();
+    b.exit_policy = rules.join(", ").parse().unwrap();
+    b.family = (1..=MAX_FAMILY as u8)
+        .map(|i| NodeId::from_bytes([i; 32]))
+        .collect();
+    let d = b.sign(&id).unwrap();
+    assert_eq!(d.as_bytes().len(), MAX_DESCRIPTOR_LEN);
+    assert_eq!(d.family().len(), MAX_FAMILY);
+}
+
 fn rule() -> impl Strategy<Value = String> {
     let action = prop_oneof![Just("accept"), Just("reject")];
     let addr = prop_oneof![
@@ -318,6 +344,50 @@ proptest! {
         bytes.truncate(cut);
         if let Ok(back) = Descriptor::decode(&bytes, NOW) {
             prop_assert_eq!(back.as_bytes(), d.as_bytes());
+        }
+    }
+
+    #[test]
+    fn descriptors_round_trip_with_any_family(
+        family in proptest::collection::btree_set(any::<[u8; 32]>(), 0..=MAX_FAMILY),
+        rotate in any::<usize>(),
+        nickname in "[A-Za-z0-9_-]{1,32}",
+        bandwidth in 1u32..,
+        udp in any::<bool>(),
+    ) {
+        let id = IdentityKey::from_seed(&[1; 32]);
+        let sorted: Vec<NodeId> = family.into_iter().map(NodeId::from_bytes).collect();
+        let mut b = builder(&id, T0, T0 + 3600);
+        b.family = sorted.clone();
+        if !b.family.is_empty() {
+            let at = rotate % b.family.len();
+            b.family.rotate_left(at);
+        }
+        b.nickname = nickname.clone();
+        b.bandwidth = bandwidth;
+        if udp {
+            b.udp_addr = Some("198.51.100.7:9001".parse().unwrap());
+        }
+        let d = b.clone().sign(&id).unwrap();
+        let back = Descriptor::decode(d.as_bytes(), NOW).unwrap();
+        prop_assert_eq!(&back, &d);
+        prop_assert_eq!(back.family(), &sorted[..]);
+        prop_assert!(sorted.iter().all(|m| back.declares(m)));
+        prop_assert!(!back.declares(&id.node_id()));
+        prop_assert_eq!(back.nickname(), nickname.as_str());
+        prop_assert_eq!(back.bandwidth(), bandwidth);
+        prop_assert_eq!((back.quic_addr(), back.udp_addr()), (b.quic_addr, b.udp_addr));
+        prop_assert_eq!(back.exit_policy(), &b.exit_policy);
+        prop_assert_eq!(back.onion_certs(), &b.onion_certs[..]);
+        // The family is signed: changing a byte of it breaks the signature.
+        if let Some(first) = sorted.first() {
+            let mut bytes = d.as_bytes().to_vec();
+            let at = find(&bytes, first.as_bytes());
+            bytes[at + 31] ^= 1;
+            prop_assert_eq!(
+                Descriptor::decode(&bytes, NOW).unwrap_err(),
+                DescriptorError::BadSignature
+            );
         }
     }
 

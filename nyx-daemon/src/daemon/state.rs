@@ -282,7 +282,8 @@ impl DaemonState {
     }
 
     /// Re-read the configuration file and the directory, and apply what can change live:
-    /// exit policy (republishing the descriptor), rate limits, log filter, directory.
+    /// exit policy and family (republishing the descriptor), rate limits, log filter,
+    /// directory.
     /// Keys that need a restart are reported and keep their old values. A file that does
     /// not parse or validate changes nothing.
     pub async fn reload(&self) -> Result<ReloadOutcome, Error> {
@@ -299,6 +300,9 @@ impl DaemonState {
             .map_err(|e| nyx_overlay::Error::OverlayConfig {
                 reason: e.to_string(),
             })?;
+        let family = new
+            .family()
+            .map_err(|reason| nyx_overlay::Error::OverlayConfig { reason })?;
         let limits = new
             .live_limits()
             .map_err(|reason| nyx_overlay::Error::OverlayConfig { reason })?;
@@ -335,6 +339,8 @@ impl DaemonState {
             self.node.set_exit_policy(policy.clone()).await?;
             let now = unix_now();
             builder.exit_policy = policy;
+            let own = self.identity.node_id();
+            builder.family = family.into_iter().filter(|id| *id != own).collect();
             builder.bandwidth = new.relay.bandwidth;
             builder.published = now;
             builder.valid_until = now + new.relay.descriptor_validity.as_secs();

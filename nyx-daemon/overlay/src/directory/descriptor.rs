@@ -1,9 +1,10 @@
 //! Relay descriptors: what a relay publishes about itself, signed with its identity key.
 //!
-//! Encoding (version 1, integers big-endian; see `docs/protocol.md`, "Directory"):
+//! Encoding (version 2, integers big-endian; see `docs/protocol.md`, "Directory"; version 1
+//! had no family field and is refused):
 //!
 //! ```text
-//! version        1      = 1
+//! version        1      = 2
 //! identity       32     Ed25519 identity public key (NodeId = its hash)
 //! nickname       1 + n  length n (1..=32), ASCII letters, digits, '-' and '_'
 //! quic address   1 + …  kind 0 (none) | 4 (IPv4: 4 + port 2) | 6 (IPv6: 16 + port 2)
@@ -15,6 +16,8 @@
 //! onion certs    1 + k  count k (1 or 2), then k onion-key certificates of 1329 bytes
 //! exit policy    2 + …  rule count (≤ 256), each: action 1, kind 1, address 0/4/16 and
 //!                       prefix 1 (absent for kind 0), first port 2, last port 2
+//! family         1 + …  count k (≤ 32), then k NodeIds of 32 bytes, strictly ascending,
+//!                       never the relay's own (see [`super::family`])
 //! signature      64     Ed25519 over every byte before it, context "nyx/v1/descriptor"
 //! ```
 
@@ -29,10 +32,11 @@ use nyx_crypto::onion_cert::{CERT_LEN, OnionKeyCert};
 
 use super::DescriptorError;
 use super::codec::{Reader, check_addr, get_addr, get_policy, put_addr, put_policy};
+use super::family::{check_family, get_family, put_family};
 use super::policy::ExitPolicy;
 
 /// The encoding version this code writes and reads.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// The signature context of descriptors.
 pub const SIGNATURE_CONTEXT: &[u8] = b"nyx/v1/descriptor";
 /// How far in the future `published` may be (clock skew between relay and client), seconds.
@@ -57,6 +61,7 @@ pub struct Descriptor {
     valid_until: u64,
     onion_certs: Vec<OnionKeyCert>,
     exit_policy: ExitPolicy,
+    family: Vec<NodeId>,
     bytes: Vec<u8>,
 }
 
@@ -75,6 +80,9 @@ pub struct DescriptorBuilder {
     pub onion_certs: Vec<OnionKeyCert>,
     /// Which destinations the relay exits to.
     pub exit_policy: ExitPolicy,
+    /// The relays it declares as its family, in any order (signed sorted): at most
+    /// [`MAX_FAMILY`](super::MAX_FAMILY), none twice, not its own id.
+    pub family: Vec<NodeId>,
     /// Relative bandwidth weight, > 0.
     pub bandwidth: u32,
     /// Publication time (Unix seconds).
@@ -86,8 +94,10 @@ pub struct DescriptorBuilder {
 impl DescriptorBuilder {
     /// Encode and sign. The result is checked exactly as [`Descriptor::decode`] checks it at
     /// the time `published` (so at least one onion certificate must be valid then).
-    pub fn sign(self, identity: &IdentityKey) -> Result<Descriptor, DescriptorError> {
+    pub fn sign(mut self, identity: &IdentityKey) -> Result<Descriptor, DescriptorError> {
         check_nickname(&self.nickname)?;
+        self.family.sort_unstable();
+        check_family(identity.node_id(), &self.family)?;
         for (addr, field) in [
             (self.quic_addr, "quic address"),
             (self.udp_addr, "udp address"),
@@ -115,6 +125,7 @@ impl DescriptorBuilder {
             out.extend_from_slice(cert.to_bytes());
         }
         put_policy(&mut out, &self.exit_policy);
+        put_family(&mut out, &self.family);
         let signature = identity.sign(SIGNATURE_CONTEXT, &out);
         out.extend_from_slice(&signature);
         Descriptor::decode(&out, self.published)
@@ -149,9 +160,9 @@ fn check_nickname(nickname: &str) -> Result<(), DescriptorError> {
 impl Descriptor {
     /// Parse and verify `bytes` at `now_unix`: the layout (no trailing bytes), the signature,
     /// the validity period (published at most [`MAX_CLOCK_SKEW`] ahead of `now`, not expired),
-    /// every onion certificate (by this identity, at least one valid at `now`), bandwidth > 0
-    /// and at least one address. The signature is checked before any key or certificate is
-    /// parsed.
+    /// every onion certificate (by this identity, at least one valid at `now`), bandwidth > 0,
+    /// at least one address and the family (sorted, no duplicates, not the relay itself). The
+    /// signature is checked before any key or certificate is parsed.
     pub fn decode(bytes: &[u8], now_unix: u64) -> Result<Descriptor, DescriptorError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("version")?;
@@ -173,6 +184,7 @@ impl Descriptor {
         }
         let certs = r.take(cert_count * CERT_LEN, "onion certs")?;
         let exit_policy = get_policy(&mut r)?;
+        let family = get_family(&mut r)?;
         let signed_len = r.pos();
         let signature = r.array::<SIGNATURE_LEN>("signature")?;
         if r.remaining() > 0 {
@@ -198,6 +210,8 @@ impl Descriptor {
             })?
             .to_owned();
         check_nickname(&nickname)?;
+        let node_id = identity.node_id();
+        check_family(node_id, &family)?;
         if quic_addr.is_none() && udp_addr.is_none() {
             return Err(DescriptorError::NoAddress);
         }
@@ -239,7 +253,7 @@ impl Descriptor {
             return Err(DescriptorError::NoValidOnionKey { now: now_unix });
         }
         Ok(Descriptor {
-            node_id: identity.node_id(),
+            node_id,
             identity,
             nickname,
             quic_addr,
@@ -250,6 +264,7 @@ impl Descriptor {
             valid_until,
             onion_certs,
             exit_policy,
+            family,
             bytes: bytes.to_vec(),
         })
     }
@@ -317,6 +332,17 @@ impl Descriptor {
         &self.exit_policy
     }
 
+    /// The relays this one declares as its family, sorted ascending. Declaring is one-sided;
+    /// [`same_family`](super::same_family) is the relation path selection uses.
+    pub fn family(&self) -> &[NodeId] {
+        &self.family
+    }
+
+    /// Whether this relay declares `node` as family.
+    pub fn declares(&self, node: &NodeId) -> bool {
+        self.family.binary_search(node).is_ok()
+    }
+
     /// Relative bandwidth weight (> 0).
     pub fn bandwidth(&self) -> u32 {
         self.bandwidth
@@ -370,6 +396,7 @@ impl fmt::Debug for Descriptor {
             .field("published", &self.published)
             .field("valid_until", &self.valid_until)
             .field("exit_policy", &self.exit_policy.to_string())
+            .field("family", &self.family)
             .finish_non_exhaustive()
     }
 }
@@ -395,6 +422,7 @@ mod tests {
                 OnionKeyCert::sign(id, next.public(), T0 + 50, T0 + 200).unwrap(),
             ],
             exit_policy: ExitPolicy::loopback_only(),
+            family: vec![NodeId::from_bytes([9; 32]), NodeId::from_bytes([3; 32])],
             bandwidth: 100,
             published: T0,
             valid_until: T0 + 150,
@@ -417,6 +445,10 @@ mod tests {
         assert_eq!(back.link_key(), &b.link_key);
         assert_eq!(back.onion_certs(), &b.onion_certs[..]);
         assert_eq!(back.exit_policy(), &ExitPolicy::loopback_only());
+        // Signed sorted, whatever the builder's order.
+        let family = [NodeId::from_bytes([3; 32]), NodeId::from_bytes([9; 32])];
+        assert_eq!(back.family(), family);
+        assert!(back.declares(&family[1]) && !back.declares(&id.node_id()));
         assert_eq!(
             (back.bandwidth(), back.published(), back.valid_until()),
             (100, T0, T0 + 150)
@@ -502,6 +534,20 @@ mod tests {
             }),
             DescriptorError::NoValidOnionKey { now: T0 + 100 }
         );
+        let own = id.node_id();
+        for bad_family in [
+            vec![own],
+            vec![NodeId::from_bytes([4; 32]); 2],
+            (0..=32).map(|i| NodeId::from_bytes([i; 32])).collect(),
+        ] {
+            assert!(matches!(
+                err(&|b| b.family = bad_family.clone()),
+                DescriptorError::Malformed {
+                    field: "family",
+                    ..
+                }
+            ));
+        }
         let other = IdentityKey::from_seed(&[2; 32]);
         let foreign = builder(&other).onion_certs;
         assert!(matches!(

@@ -1,5 +1,5 @@
-//! The relay directory: signed relay descriptors, exit policies and the text document that
-//! lists them.
+//! The relay directory: signed relay descriptors, exit policies, declared families and the
+//! text document that lists them.
 //!
 //! Sans-IO: callers pass the wall-clock time (Unix seconds) to everything that checks
 //! validity; nothing here touches the file system (the daemon reads directory files).
@@ -13,6 +13,7 @@ pub mod consensus;
 mod descriptor;
 mod document;
 mod error;
+mod family;
 mod policy;
 pub mod request;
 pub mod testnet;
@@ -23,6 +24,7 @@ pub use descriptor::{
 };
 pub use document::{Directory, DirectoryError, Rejected};
 pub use error::DescriptorError;
+pub use family::{MAX_FAMILY, same_family};
 pub(crate) use policy::canonical;
 pub use policy::{
     Action, AddrPattern, ExitPolicy, ExitRule, ExitTarget, MAX_RULES, PolicyError, PortRange,

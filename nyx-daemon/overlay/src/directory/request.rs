@@ -12,14 +12,15 @@ use nyx_core::NodeId;
 use nyx_crypto::identity::SIGNATURE_LEN;
 
 use super::consensus::{MAX_CONSENSUS_LEN, MAX_RELAYS, MAX_VOTE_LEN};
-use super::{MAX_NICKNAME_LEN, MAX_ONION_CERTS, MAX_RULES};
+use super::{MAX_FAMILY, MAX_NICKNAME_LEN, MAX_ONION_CERTS, MAX_RULES};
 use bytes::{
     array, cut_reason, end, frame_end, frame_start, len_field, put_len, rest, split_type, take,
     too_long, u64_field,
 };
 
 /// Longest descriptor: the layout of docs/protocol.md with the longest nickname, two IPv6
-/// addresses, two onion certificates and [`MAX_RULES`] IPv6 exit rules.
+/// addresses, two onion certificates, [`MAX_RULES`] IPv6 exit rules and [`MAX_FAMILY`]
+/// family members.
 pub const MAX_DESCRIPTOR_LEN: usize = 1
     + 32
     + 1
@@ -32,6 +33,8 @@ pub const MAX_DESCRIPTOR_LEN: usize = 1
     + MAX_ONION_CERTS * nyx_crypto::onion_cert::CERT_LEN
     + 2
     + MAX_RULES * 23
+    + 1
+    + MAX_FAMILY * NodeId::LEN
     + SIGNATURE_LEN;
 /// Longest request frame (after the length prefix): a vote listing [`MAX_RELAYS`] relays,
 /// plus slack.

@@ -160,6 +160,7 @@ fn build(
             link_key: link_key.public().clone(),
             onion_certs: onion_keys.certs().to_vec(),
             exit_policy: spec.exit_policy.clone(),
+            family: Vec::new(),
             bandwidth: spec.bandwidth,
             published: now_unix,
             valid_until: now_unix.saturating_add(spec.validity.as_secs()),

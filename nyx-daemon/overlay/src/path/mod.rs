@@ -12,11 +12,12 @@
 //! * The entry is the first reachable guard of an ordered list of sampled guards (Tor's
 //!   primary guards, three kept sampled). A guard is kept for `guard_lifetime` after it was
 //!   sampled and dropped earlier if it stops being usable. The exit is never the guard; if
-//!   the guard is the only possible exit (or every exit shares its subnet), the next guard is
-//!   the entry instead.
-//! * Hops are distinct, and with `distinct_subnets` no two hops share an IPv4 /16 or IPv6 /32
-//!   (comparing every address of their descriptors; loopback relays, a local test network,
-//!   are exempt).
+//!   the guard is the only possible exit (or every exit shares its subnet or family), the
+//!   next guard is the entry instead.
+//! * Hops are distinct, no two hops are one declared family (each lists the other:
+//!   [`same_family`]; a one-sided claim excludes nothing), and with `distinct_subnets` no two
+//!   hops share an IPv4 /16 or IPv6 /32 (comparing every address of their descriptors;
+//!   loopback relays, a local test network, are exempt).
 //! * With one hop the path is just the exit; guards are not used.
 
 mod guard;
@@ -31,7 +32,7 @@ use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
 use rand::{Rng, RngExt};
 
-use crate::directory::{Descriptor, Directory, ExitTarget, canonical};
+use crate::directory::{Descriptor, Directory, ExitTarget, canonical, same_family};
 use guard::{GuardList, MAX_GUARDS, PRIMARY_GUARDS};
 
 /// Path selection settings.
@@ -123,7 +124,8 @@ pub enum PathError {
         /// The target (`any` for [`ExitRequirement::Any`]).
         target: String,
     },
-    /// Fewer usable, reachable relays than a path needs (counting the subnet rule).
+    /// Fewer usable, reachable relays than a path needs (counting the subnet and family
+    /// rules).
     #[error("a {needed}-hop path needs more relays than the {usable} usable ones allow")]
     NotEnoughRelays {
         /// Hops wanted.
@@ -310,9 +312,12 @@ impl PathSelector {
         !self.unreachable.contains_key(id)
     }
 
-    /// Whether `a` and `b` may be in one path: distinct, and in distinct subnets if required.
+    /// Whether `a` and `b` may be in one path: distinct, not one family, and in distinct
+    /// subnets if required.
     fn compatible(&self, a: &Descriptor, b: &Descriptor) -> bool {
-        a.node_id() != b.node_id() && !(self.config.distinct_subnets && same_subnet(a, b))
+        a.node_id() != b.node_id()
+            && !same_family(a, b)
+            && !(self.config.distinct_subnets && same_subnet(a, b))
     }
 
     /// Avoid `node` from `now_unix`: for `guard_retry` if it is a guard, else `relay_retry`.

@@ -9,11 +9,24 @@ use rand::rngs::StdRng;
 use super::*;
 use crate::directory::{DescriptorBuilder, ExitPolicy};
 
+mod family;
+
 const T0: u64 = 1_800_000_000;
 const DAY: u64 = 24 * 3600;
 
 /// A relay with identity seed `seed` at `ip` (QUIC and UDP on port 9000).
 fn relay(seed: u8, ip: &str, bandwidth: u32, policy: &ExitPolicy) -> Descriptor {
+    relay_of_family(seed, ip, bandwidth, policy, &[])
+}
+
+/// [`relay`], declaring the relays of identity seeds `family` as its family.
+fn relay_of_family(
+    seed: u8,
+    ip: &str,
+    bandwidth: u32,
+    policy: &ExitPolicy,
+    family: &[u8],
+) -> Descriptor {
     let id = IdentityKey::from_seed(&[seed; 32]);
     let key = HybridSecretKey::from_seed(&[3; SEED_LEN]);
     let addr = Some(format!("{ip}:9000").parse().unwrap());
@@ -24,6 +37,7 @@ fn relay(seed: u8, ip: &str, bandwidth: u32, policy: &ExitPolicy) -> Descriptor 
         link_key: key.public().clone(),
         onion_certs: vec![OnionKeyCert::sign(&id, key.public(), T0 - 10, T0 + 200 * DAY).unwrap()],
         exit_policy: policy.clone(),
+        family: family.iter().map(|s| self::id(*s)).collect(),
         bandwidth,
         published: T0,
         valid_until: T0 + 100 * DAY,

@@ -11,6 +11,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nyx_core::NodeId;
 use nyx_core::config::{ConfigProblem, LimitsConfig, RateConfig, TransportKind};
 use nyx_core::rate::Quota;
 use serde::{Deserialize, Serialize};
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use nyx_node::{NodeRole, NodeSettings};
 use nyx_overlay::circuit::LiveLimits;
-use nyx_overlay::directory::{ExitPolicy, MAX_NICKNAME_LEN};
+use nyx_overlay::directory::{ExitPolicy, MAX_FAMILY, MAX_NICKNAME_LEN};
 pub use sections::{AuthoritySection, ControlConfig, LogConfig, LogFormat, TelemetryConfig};
 
 /// Everything `nyx-daemon` reads from its TOML file. Every field has a default, so an empty
@@ -129,6 +130,12 @@ pub struct RelaySection {
     /// Exit policy: rules `accept|reject ADDR[/BITS]:PORTS`, first match wins, then reject.
     /// Default `["reject *:*"]` (not an exit). Changes apply on reload.
     pub exit_policy: Vec<String>,
+    /// The relays run by the same operator (Tor's `MyFamily`): node ids, 64 hex digits each,
+    /// at most 32, none twice. This node's own id may be among them (it is left out of the
+    /// descriptor), so one list can serve every relay of the family. Clients keep two relays
+    /// out of one path only when each lists the other. Default: none. Changes apply on
+    /// reload.
+    pub family: Vec<String>,
     /// Bandwidth this node offers, in KB/s, as published (path selection weights by it).
     /// Default 1000.
     pub bandwidth: u32,
@@ -152,6 +159,7 @@ impl Default for RelaySection {
             enabled: false,
             advertise: None,
             exit_policy: vec!["reject *:*".to_owned()],
+            family: Vec::new(),
             bandwidth: 1000,
             descriptor_validity: Duration::from_secs(24 * 3600),
             onion_key_period: Duration::from_secs(24 * 3600),
@@ -323,6 +331,9 @@ impl DaemonConfig {
         if let Err(e) = self.exit_policy() {
             add("relay.exit_policy", e.to_string());
         }
+        if let Err(reason) = self.family() {
+            add("relay.family", reason);
+        }
         if self.relay.bandwidth == 0 {
             add("relay.bandwidth", "must be at least 1".to_owned());
         }
@@ -400,6 +411,27 @@ impl DaemonConfig {
         self.relay.exit_policy.join(", ").parse()
     }
 
+    /// The node ids of `relay.family` (this node's own id may be among them).
+    pub fn family(&self) -> Result<Vec<NodeId>, String> {
+        let family = (self.relay.family.iter())
+            .map(|text| {
+                text.parse::<NodeId>().map_err(|e| {
+                    let shown: String = text.chars().take(70).collect();
+                    format!("{shown:?}: {e}")
+                })
+            })
+            .collect::<Result<Vec<NodeId>, String>>()?;
+        if family.len() > MAX_FAMILY {
+            return Err(format!("{} node ids, at most {MAX_FAMILY}", family.len()));
+        }
+        for (i, id) in family.iter().enumerate() {
+            if family[..i].contains(id) {
+                return Err(format!("{id} is listed twice"));
+            }
+        }
+        Ok(family)
+    }
+
     /// The overlay limits that can change while the node runs.
     pub fn live_limits(&self) -> Result<LiveLimits, String> {
         Ok(LiveLimits {
@@ -441,6 +473,9 @@ impl DaemonConfig {
         if let Ok(policy) = self.exit_policy() {
             s.exit_policy = policy;
         }
+        if let Ok(family) = self.family() {
+            s.family = family;
+        }
         s
     }
 
@@ -465,13 +500,15 @@ impl DaemonConfig {
 }
 
 /// The keys a running daemon applies on reload (SIGHUP or the control API): the directory
-/// file is re-read, the exit policy and descriptor republished, the overlay's limits and the
-/// log filter changed in place. Every other key takes effect after a restart.
-pub const LIVE_KEYS: [&str; 12] = [
+/// file is re-read, the exit policy applied, the descriptor republished (with the new exit
+/// policy, family, bandwidth or validity), the overlay's limits and the log filter changed in
+/// place. Every other key takes effect after a restart.
+pub const LIVE_KEYS: [&str; 13] = [
     "directory.file",
     "directory.authorities",
     "directory.consensus",
     "relay.exit_policy",
+    "relay.family",
     "relay.bandwidth",
     "relay.descriptor_validity",
     "limits.link_cells",

@@ -40,6 +40,8 @@ fn full_file_parses() {
         file = "/etc/nyx/directory.txt"
         [relay]
         exit_policy = ["accept 127.0.0.0/8:80-443", "reject *:*"]
+        family = ["abababababababababababababababababababababababababababababababab",
+                  "CDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCDCD"]
         bandwidth = 5000
         [limits]
         max_circuits = 100
@@ -70,6 +72,37 @@ fn full_file_parses() {
             .exit_policy
             .allows(&"127.0.0.1:22".parse().unwrap())
     );
+    assert_eq!(
+        settings.family,
+        [
+            NodeId::from_bytes([0xab; 32]),
+            NodeId::from_bytes([0xcd; 32])
+        ]
+    );
+}
+
+#[test]
+fn relay_family_problems_name_the_key() {
+    let hex = |b: u8| format!("\"{}\"", NodeId::from_bytes([b; 32]));
+    let family = |entries: Vec<String>| format!("[relay]\nfamily = [{}]\n", entries.join(", "));
+    for (text, needle) in [
+        (
+            family(vec![hex(1), "\"12ab\"".into()]),
+            "relay.family: \"12ab\": invalid node id",
+        ),
+        (family(vec![hex(1), hex(2), hex(1)]), "is listed twice"),
+        (
+            family((0..33).map(hex).collect()),
+            "relay.family: 33 node ids, at most 32",
+        ),
+        ("[relay]\nfamily = \"ab\"\n".into(), "family"),
+    ] {
+        let err = parse_str(&text).unwrap_err().to_string();
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+    let c = parse_str(&family((0..32).map(hex).collect())).unwrap();
+    assert_eq!(c.node_settings().family.len(), 32);
+    assert!(DaemonConfig::default().node_settings().family.is_empty());
 }
 
 #[test]
@@ -188,13 +221,19 @@ fn diff_separates_live_and_restart_keys() {
     let mut new = old.clone();
     new.log.level = "debug".into();
     new.relay.exit_policy = vec!["accept *:80".into()];
+    new.relay.family = vec![NodeId::from_bytes([7; 32]).to_string()];
     new.limits.link_cells.burst = 5;
     new.socks.listen = "127.0.0.1:1".parse().unwrap();
     new.transport = TransportKind::Udp;
     let d = old.diff(&new);
     assert_eq!(
         d.live,
-        ["limits.link_cells", "log.level", "relay.exit_policy"]
+        [
+            "limits.link_cells",
+            "log.level",
+            "relay.exit_policy",
+            "relay.family"
+        ]
     );
     assert_eq!(d.restart, ["socks.listen", "transport"]);
     assert_eq!(old.diff(&old), ConfigDiff::default());
@@ -216,6 +255,7 @@ fn every_key_changed_alone_is_reported() {
     base.telemetry.prometheus_listen = Some("127.0.0.1:9100".parse().unwrap());
     let authority = nyx_crypto::identity::IdentityKey::from_seed(&[1; 32]).public();
     base.directory.authorities = vec![crate::daemon::trust::authority_hex(&authority)];
+    base.relay.family = vec![NodeId::from_bytes([7; 32]).to_string()];
     let toml::Value::Table(table) = toml::Value::try_from(&base).unwrap() else {
         panic!("a table");
     };

@@ -15,6 +15,7 @@ fn republished(node: &TestnetNode, later: u64) -> Descriptor {
         link_key: node.link_key.public().clone(),
         onion_certs: node.onion_keys.certs().to_vec(),
         exit_policy: d.exit_policy().clone(),
+        family: d.family().to_vec(),
         bandwidth: d.bandwidth(),
         published: d.published() + later,
         valid_until: d.valid_until(),

@@ -40,6 +40,7 @@ fn resigned(node: &TestnetNode, later: u64, addrs: Addrs, valid_until: u64) -> D
         link_key: node.link_key.public().clone(),
         onion_certs: node.onion_keys.certs().to_vec(),
         exit_policy: d.exit_policy().clone(),
+        family: d.family().to_vec(),
         bandwidth: d.bandwidth(),
         published: START + later,
         valid_until,
