@@ -575,3 +575,91 @@ async fn onion_keys_rotate_while_the_daemon_runs_and_events_say_so() {
     assert_eq!(daemon.stop_with("-TERM"), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A relay daemon whose link key rotates every 10 s (`relay.link_key_period`) makes a new one
+/// while it runs, keeps the previous one on disk for the overlap (5 s) and then erases it,
+/// publishes its descriptor again with the new key, and after a restart still uses the key
+/// it last made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_keys_rotate_overlap_and_survive_a_restart() {
+    use nyx_overlay::directory::Directory;
+    let dir = temp_dir("link-rotation");
+    let data = dir.join("data");
+    let config = dir.join("nyx.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\ntransport = \"udp\"\n[socks]\nenabled = false\n\
+             [relay]\nenabled = true\nlink_key_period = \"10s\"\nlink_key_overlap = \"5s\"\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let published_key = || {
+        let text = std::fs::read_to_string(data.join("descriptor.txt")).unwrap();
+        let (directory, _) = Directory::parse(&text, nyx_node::unix_now()).unwrap();
+        directory.iter().next().unwrap().link_key().clone()
+    };
+    let spawn = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+        cmd.arg("--config").arg(&config);
+        DaemonProcess::spawn(cmd)
+    };
+    let daemon = spawn();
+    let first = published_key();
+    let first_file = std::fs::read(data.join("keys/link.key")).unwrap();
+    let previous = data.join("keys/link.prev.key");
+    // Bounds for liveness only: the rotation is due 10 s after the key was made.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !previous.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no rotation within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        std::fs::read(&previous).unwrap(),
+        first_file,
+        "the previous key is the first one"
+    );
+    assert_ne!(
+        std::fs::read(data.join("keys/link.key")).unwrap(),
+        first_file
+    );
+    let mut second = first.clone();
+    while second == first {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "descriptor not republished"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        second = published_key();
+    }
+    // The overlap ends: the previous key is erased.
+    while previous.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "previous key kept past 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(daemon.stop_with("-TERM"), Some(0));
+    // A restart publishes the key on disk (or, if one fell due meanwhile, its successor).
+    let on_disk = || {
+        nyx_crypto::keyfile::read_hybrid(&data.join("keys/link.key"))
+            .unwrap()
+            .public()
+            .clone()
+    };
+    let before = on_disk();
+    assert_eq!(before, second, "the published key is the one on disk");
+    let again = spawn();
+    let restarted = published_key();
+    assert!(
+        restarted == before || restarted == on_disk(),
+        "a restart published a key that is not on disk"
+    );
+    assert_eq!(again.stop_with("-TERM"), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -106,8 +106,8 @@ impl BoundNode {
     }
 
     /// The address a relay publishes: `advertise` from the settings (its port 0 standing
-    /// for the bound port), else the bound address. Refused when it is unspecified (0.0.0.0
-    /// or [::] reach nobody: set `advertise`).
+    /// for the bound port), else the bound address. Refused when it is unspecified (`0.0.0.0`
+    /// or `[::]` reach nobody: set `advertise`).
     pub fn advertised_addr(&self) -> Result<SocketAddr, Error> {
         let addr = match self.settings.advertise {
             Some(a) if a.port() == 0 => SocketAddr::new(a.ip(), self.addr.port()),

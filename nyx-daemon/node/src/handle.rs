@@ -96,6 +96,7 @@ pub(crate) enum Command {
     },
     SetDirectory(Directory),
     SetExitPolicy(ExitPolicy),
+    SetLinkKeys(Vec<nyx_crypto::link::LinkKey>),
     SetLimits {
         limits: LiveLimits,
         reply: oneshot::Sender<Result<(), Error>>,
@@ -217,6 +218,16 @@ impl NodeHandle {
     /// descriptor the operator publishes should say the same (see [`BoundNode::descriptor`](crate::BoundNode::descriptor)).
     pub async fn set_exit_policy(&self, policy: ExitPolicy) -> Result<(), Error> {
         self.command(Command::SetExitPolicy(policy)).await
+    }
+
+    /// Answer UDP link handshakes for `keys` from now on: a link-key rotation hands the new
+    /// key (the one the next descriptor publishes) and the previous one, kept while
+    /// descriptors naming it may still be in use; a later call without it retires it. Links
+    /// already up are not affected. QUIC links authenticate relays by their identity
+    /// certificate, not by this key, and a client-only node accepts no links: for them
+    /// there is nothing to change.
+    pub async fn set_link_keys(&self, keys: Vec<nyx_crypto::link::LinkKey>) -> Result<(), Error> {
+        self.command(Command::SetLinkKeys(keys)).await
     }
 
     /// Change the overlay's rate limits and relayed-circuit cap while it runs

@@ -11,6 +11,7 @@ pub mod config;
 pub mod dir;
 pub mod files;
 mod held;
+pub mod link_keys;
 mod run;
 mod state;
 pub mod stream_registry;

@@ -13,7 +13,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use super::config::DaemonConfig;
 use super::dir::{self, authority::AuthorityHandle};
 use super::state::{DaemonState, Endpoints, LogControl, StateParts};
-use super::{files, trust};
+use super::{files, link_keys, trust};
 use crate::Error;
 use crate::control::{self, ControlListener};
 use crate::telemetry::prometheus::{PrometheusConfig, PrometheusServer};
@@ -216,6 +216,15 @@ impl Daemon {
         }
         if let Some(descriptor) = descriptor {
             state.publish(descriptor)?;
+        }
+        if let Some(schedule) = config.link_key_schedule() {
+            link_keys::resume(&node.handle(), &data_dir, schedule, now).await?;
+            tasks.push(link_keys::spawn(
+                state.clone(),
+                node.handle(),
+                data_dir.clone(),
+                schedule,
+            ));
         }
         let socks = match socks_listener {
             Some(listener) => Some(crate::socks::SocksServer::spawn_with_registry(

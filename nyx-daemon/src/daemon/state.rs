@@ -352,15 +352,27 @@ impl DaemonState {
         let restart_only = (
             applied.relay.enabled,
             applied.relay.advertise,
-            applied.relay.onion_key_period,
-            applied.relay.onion_key_overlap,
+            (
+                applied.relay.onion_key_period,
+                applied.relay.onion_key_overlap,
+            ),
+            (
+                applied.relay.link_key_period,
+                applied.relay.link_key_overlap,
+            ),
         );
         applied.relay = new.relay;
         (
             applied.relay.enabled,
             applied.relay.advertise,
-            applied.relay.onion_key_period,
-            applied.relay.onion_key_overlap,
+            (
+                applied.relay.onion_key_period,
+                applied.relay.onion_key_overlap,
+            ),
+            (
+                applied.relay.link_key_period,
+                applied.relay.link_key_overlap,
+            ),
         ) = restart_only;
         applied.limits.link_cells = new.limits.link_cells;
         applied.limits.circuit_cells = new.limits.circuit_cells;
@@ -399,6 +411,22 @@ impl DaemonState {
             builder.onion_certs = certs;
         }
         let now = unix_now();
+        builder.published = now;
+        builder.valid_until = now + self.config().relay.descriptor_validity.as_secs();
+        self.publish(builder).map(|()| true)
+    }
+
+    /// Publish the descriptor again with a new link key (after a rotation). False for a
+    /// client-only daemon, which has none.
+    pub fn publish_link_key(
+        &self,
+        link_key: nyx_crypto::kem::HybridPublicKey,
+    ) -> Result<bool, Error> {
+        let Some(mut builder) = lock(&self.descriptor).clone() else {
+            return Ok(false);
+        };
+        let now = unix_now();
+        builder.link_key = link_key;
         builder.published = now;
         builder.valid_until = now + self.config().relay.descriptor_validity.as_secs();
         self.publish(builder).map(|()| true)

@@ -591,6 +591,15 @@ impl UdpEngine {
         self.events.pop_front()
     }
 
+    /// Answer HELLOs for `link_keys` from now on (a link-key rotation: the new key and, for
+    /// an overlap, the previous one). Links already up keep their sessions. A client-only
+    /// engine answers no HELLO and ignores this.
+    pub fn set_link_keys(&mut self, link_keys: Vec<LinkKey>) {
+        if self.identity.is_some() {
+            self.link_keys = link_keys;
+        }
+    }
+
     /// The transport's counters.
     pub fn stats(&self) -> UdpStats {
         self.stats

@@ -63,6 +63,8 @@ pub enum UdpCommand {
     },
     /// Report the transport's and every link's counters.
     Stats(tokio::sync::oneshot::Sender<UdpSnapshot>),
+    /// Answer HELLOs for these link keys from now on ([`UdpEngine::set_link_keys`]).
+    SetLinkKeys(Vec<LinkKey>),
 }
 
 /// The UDP transport's counters at one moment: transport-wide and per link.
@@ -97,7 +99,7 @@ pub struct UdpTransport {
 /// Addresses between the socket and the engine. The engine sees every peer by its plain
 /// address (IPv4 as IPv4, as descriptors publish them); a dual-stack IPv6 socket sends to and
 /// receives from IPv4 peers as IPv4-mapped IPv6 addresses. On a socket bound to an
-/// unspecified address (0.0.0.0 or [::]) a reply must leave from the local address the peer
+/// unspecified address (`0.0.0.0` or `[::]`) a reply must leave from the local address the peer
 /// sent to, not whichever the kernel would pick (a peer matches replies by address): the
 /// destination of each received datagram is kept per peer and used as the source of what
 /// is sent to it.
@@ -285,6 +287,10 @@ impl UdpTransport {
             // circuit timeouts handle that like any lost handshake.
             UdpCommand::Control { addr, msg } => {
                 let _ = self.engine.send_control(addr, &msg, now);
+                Ok(())
+            }
+            UdpCommand::SetLinkKeys(keys) => {
+                self.engine.set_link_keys(keys);
                 Ok(())
             }
             UdpCommand::Stats(reply) => {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use nyx_core::NodeId;
 use nyx_overlay::circuit::{CircuitHandle, DestroyReason};
 use nyx_transport::link::{Inbound, Message, UdpLink};
-use nyx_transport::udp::UdpEvent;
+use nyx_transport::udp::{UdpCommand, UdpEvent};
 use tokio::sync::oneshot;
 
 use super::{Driver, depth, push_task, rotation_deadline};
@@ -163,6 +163,16 @@ impl Driver {
                     service.set_policy(policy.clone());
                 }
                 self.settings.exit_policy = policy;
+            }
+            Command::SetLinkKeys(keys) => {
+                if let Some(udp) = self.udp.clone() {
+                    tracing::info!(keys = keys.len(), "link keys replaced");
+                    // Off the driver's path: the transport takes it when it can.
+                    let task = tokio::spawn(async move {
+                        let _ = udp.send(UdpCommand::SetLinkKeys(keys)).await;
+                    });
+                    push_task(&self.aux, task);
+                }
             }
             Command::SetLimits { limits, reply } => {
                 let _ = reply.send(self.overlay.set_limits(&limits).map_err(Error::from));

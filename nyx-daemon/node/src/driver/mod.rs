@@ -148,7 +148,9 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
             (None, Some(cmd_tx))
         }
     };
-    let mut selector = PathSelector::new(me, settings.transport, settings.path.clone());
+    // Its entries must be reachable from this socket's address families.
+    let mut selector = PathSelector::new(me, settings.transport, settings.path.clone())
+        .with_reach(nyx_overlay::path::Reach::of(addr));
     selector.restore_guards(&settings.guards);
     let policy = BuildPolicy::new(selector, settings.build_attempts, seed);
     if let Some((field, reason)) = settings.streams.problem() {

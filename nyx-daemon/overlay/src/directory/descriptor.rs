@@ -43,6 +43,13 @@ pub const SIGNATURE_CONTEXT: &[u8] = b"nyx/v1/descriptor";
 pub const MAX_CLOCK_SKEW: u64 = 300;
 /// Longest nickname.
 pub const MAX_NICKNAME_LEN: usize = 32;
+/// Longest validity a descriptor may claim, seconds (7 days): clients refuse longer ones,
+/// and authorities refuse uploads valid for longer from their upload.
+pub const MAX_DESCRIPTOR_VALIDITY: u64 = 7 * 86_400;
+/// Longest an onion-key certificate may be valid, seconds (14 days: a rotation period of
+/// at most 7 days plus an overlap shorter than it). Clients refuse descriptors with longer
+/// ones, so a stolen onion key cannot be certified into use for long.
+pub const MAX_ONION_KEY_LIFETIME: u64 = 14 * 86_400;
 /// Most onion-key certificates in one descriptor (the current key and the next).
 pub const MAX_ONION_CERTS: usize = 2;
 
@@ -224,6 +231,13 @@ impl Descriptor {
                 valid_until,
             });
         }
+        if valid_until - published > MAX_DESCRIPTOR_VALIDITY {
+            return Err(DescriptorError::ValidityTooLong {
+                published,
+                valid_until,
+                max: MAX_DESCRIPTOR_VALIDITY,
+            });
+        }
         if published > now_unix.saturating_add(MAX_CLOCK_SKEW) {
             return Err(DescriptorError::NotYetValid {
                 published,
@@ -249,6 +263,16 @@ impl Descriptor {
                     .map_err(|reason| DescriptorError::BadOnionCert { index, reason })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        for (index, c) in onion_certs.iter().enumerate() {
+            let lifetime = c.valid_until() - c.valid_after();
+            if lifetime > MAX_ONION_KEY_LIFETIME {
+                return Err(DescriptorError::OnionKeyTooLong {
+                    index,
+                    lifetime,
+                    max: MAX_ONION_KEY_LIFETIME,
+                });
+            }
+        }
         if !onion_certs.iter().any(|c| c.is_valid_at(now_unix)) {
             return Err(DescriptorError::NoValidOnionKey { now: now_unix });
         }
@@ -533,6 +557,28 @@ mod tests {
                 b.onion_certs.truncate(1);
             }),
             DescriptorError::NoValidOnionKey { now: T0 + 100 }
+        );
+        // Clients cap the lifetimes they accept: of the descriptor and of each onion key.
+        assert_eq!(
+            err(&|b| b.valid_until = b.published + MAX_DESCRIPTOR_VALIDITY + 1),
+            DescriptorError::ValidityTooLong {
+                published: T0,
+                valid_until: T0 + MAX_DESCRIPTOR_VALIDITY + 1,
+                max: MAX_DESCRIPTOR_VALIDITY
+            }
+        );
+        let lasting = HybridSecretKey::from_seed(&[9; SEED_LEN]);
+        let lasting = lasting.public();
+        assert_eq!(
+            err(&|b| {
+                b.onion_certs[1] =
+                    OnionKeyCert::sign(&id, lasting, T0, T0 + MAX_ONION_KEY_LIFETIME + 1).unwrap();
+            }),
+            DescriptorError::OnionKeyTooLong {
+                index: 1,
+                lifetime: MAX_ONION_KEY_LIFETIME + 1,
+                max: MAX_ONION_KEY_LIFETIME
+            }
         );
         let own = id.node_id();
         for bad_family in [

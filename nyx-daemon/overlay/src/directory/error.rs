@@ -61,6 +61,28 @@ pub enum DescriptorError {
         /// End of validity (Unix seconds).
         valid_until: u64,
     },
+    /// Valid for longer than [`MAX_DESCRIPTOR_VALIDITY`](super::MAX_DESCRIPTOR_VALIDITY): a
+    /// client caps what it accepts, so a key once published cannot stay in use for long.
+    #[error("valid from {published} until {valid_until}: longer than {max} s")]
+    ValidityTooLong {
+        /// Publication time.
+        published: u64,
+        /// End of validity.
+        valid_until: u64,
+        /// The cap, seconds.
+        max: u64,
+    },
+    /// An onion-key certificate valid for longer than
+    /// [`MAX_ONION_KEY_LIFETIME`](super::MAX_ONION_KEY_LIFETIME).
+    #[error("onion-key certificate {index} valid for {lifetime} s, longer than {max} s")]
+    OnionKeyTooLong {
+        /// Its position in the descriptor.
+        index: usize,
+        /// How long it is valid, seconds.
+        lifetime: u64,
+        /// The cap, seconds.
+        max: u64,
+    },
     /// Published more than [`MAX_CLOCK_SKEW`](super::MAX_CLOCK_SKEW) in the future.
     #[error("published at {published}, in the future (now {now})")]
     NotYetValid {

@@ -19,8 +19,8 @@ pub mod request;
 pub mod testnet;
 
 pub use descriptor::{
-    Descriptor, DescriptorBuilder, MAX_CLOCK_SKEW, MAX_NICKNAME_LEN, MAX_ONION_CERTS,
-    SIGNATURE_CONTEXT, VERSION,
+    Descriptor, DescriptorBuilder, MAX_CLOCK_SKEW, MAX_DESCRIPTOR_VALIDITY, MAX_NICKNAME_LEN,
+    MAX_ONION_CERTS, MAX_ONION_KEY_LIFETIME, SIGNATURE_CONTEXT, VERSION,
 };
 pub use document::{Directory, DirectoryError, Rejected};
 pub use error::DescriptorError;

@@ -19,6 +19,9 @@
 //!   hops share an IPv4 /16 or IPv6 /32 (comparing every address of their descriptors;
 //!   loopback relays, a local test network, are exempt).
 //! * With one hop the path is just the exit; guards are not used.
+//! * The entry (a guard, or the exit of a one-hop path) must be reachable over the address
+//!   families of the local socket ([`Reach`], set with [`PathSelector::with_reach`]): a node
+//!   bound to IPv4 never picks an IPv6-only entry; the later hops are reached by relays.
 
 mod guard;
 #[cfg(test)]
@@ -73,6 +76,39 @@ impl PathConfig {
             Ok(())
         } else {
             Err(PathError::InvalidHops { hops: self.hops })
+        }
+    }
+}
+
+/// The address families over which this node can reach its entry: those of its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reach {
+    /// IPv4 and IPv6 (a dual-stack `[::]` socket). The default.
+    #[default]
+    Any,
+    /// IPv4 only (a socket bound to an IPv4 address, `0.0.0.0` included).
+    Ipv4Only,
+    /// IPv6 only (a socket bound to a specific IPv6 address).
+    Ipv6Only,
+}
+
+impl Reach {
+    /// The reach of a socket bound to `local`.
+    pub fn of(local: std::net::SocketAddr) -> Self {
+        match local.ip() {
+            IpAddr::V4(_) => Reach::Ipv4Only,
+            IpAddr::V6(v6) if v6.is_unspecified() => Reach::Any,
+            IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Reach::Ipv4Only,
+            IpAddr::V6(_) => Reach::Ipv6Only,
+        }
+    }
+
+    /// Whether an address of this family can be dialled.
+    pub fn reaches(self, addr: std::net::SocketAddr) -> bool {
+        match self {
+            Reach::Any => true,
+            Reach::Ipv4Only => addr.ip().to_canonical().is_ipv4(),
+            Reach::Ipv6Only => addr.ip().to_canonical().is_ipv6(),
         }
     }
 }
@@ -159,6 +195,8 @@ pub struct PathSelector {
     local: NodeId,
     transport: TransportKind,
     config: PathConfig,
+    /// Which entries the local socket can reach.
+    reach: Reach,
     guards: GuardList,
     /// Relay → Unix second until which it is avoided.
     unreachable: HashMap<NodeId, u64>,
@@ -173,10 +211,18 @@ impl PathSelector {
             local,
             transport,
             config,
+            reach: Reach::Any,
             guards: GuardList::default(),
             unreachable: HashMap::new(),
             last_now: 0,
         }
+    }
+
+    /// Only entries reachable over `reach` (the node's socket's families). Default
+    /// [`Reach::Any`].
+    pub fn with_reach(mut self, reach: Reach) -> Self {
+        self.reach = reach;
+        self
     }
 
     /// The settings.
@@ -228,16 +274,25 @@ impl PathSelector {
             usable: reachable.len(),
         };
         if hops == 1 {
-            let exit = weighted(dir, &exits, rng).ok_or(not_enough)?;
+            let entries: Vec<&Descriptor> = exits
+                .iter()
+                .copied()
+                .filter(|d| self.can_enter(d))
+                .collect();
+            let exit = weighted(dir, &entries, rng).ok_or(not_enough)?;
             return Ok(Path {
                 hops: vec![exit.node_id()],
             });
         }
 
         let lifetime = self.config.guard_lifetime.as_secs();
-        self.guards.prune(now, lifetime, |id| {
-            usable.iter().any(|d| d.node_id() == *id)
-        });
+        let enterable: Vec<NodeId> = usable
+            .iter()
+            .filter(|d| self.can_enter(d))
+            .map(|d| d.node_id())
+            .collect();
+        self.guards
+            .prune(now, lifetime, |id| enterable.contains(id));
         while self.guards.len() < PRIMARY_GUARDS && self.sample_guard(dir, &reachable, now, rng) {}
         let (entry, exit) = loop {
             match self.entry_and_exit(dir, &exits, rng) {
@@ -297,7 +352,11 @@ impl PathSelector {
         let candidates: Vec<&Descriptor> = reachable
             .iter()
             .copied()
-            .filter(|d| !self.guards.contains(&d.node_id()) && dir.may_guard(&d.node_id()))
+            .filter(|d| {
+                !self.guards.contains(&d.node_id())
+                    && dir.may_guard(&d.node_id())
+                    && self.can_enter(d)
+            })
             .collect();
         match weighted(dir, &candidates, rng) {
             Some(d) => {
@@ -306,6 +365,12 @@ impl PathSelector {
             }
             None => false,
         }
+    }
+
+    /// Whether the local socket can dial `d` (the entry's address family).
+    fn can_enter(&self, d: &Descriptor) -> bool {
+        d.addr(self.transport)
+            .is_some_and(|a| self.reach.reaches(a))
     }
 
     fn is_reachable(&self, id: &NodeId) -> bool {

@@ -10,6 +10,7 @@ use super::*;
 use crate::directory::{DescriptorBuilder, ExitPolicy};
 
 mod family;
+mod reach;
 
 const T0: u64 = 1_800_000_000;
 const DAY: u64 = 24 * 3600;
@@ -27,6 +28,18 @@ fn relay_of_family(
     policy: &ExitPolicy,
     family: &[u8],
 ) -> Descriptor {
+    relay_at(seed, ip, bandwidth, policy, family, T0)
+}
+
+/// [`relay_of_family`] published at `at`, valid for 7 days (the longest clients accept).
+fn relay_at(
+    seed: u8,
+    ip: &str,
+    bandwidth: u32,
+    policy: &ExitPolicy,
+    family: &[u8],
+    at: u64,
+) -> Descriptor {
     let id = IdentityKey::from_seed(&[seed; 32]);
     let key = HybridSecretKey::from_seed(&[3; SEED_LEN]);
     let addr = Some(format!("{ip}:9000").parse().unwrap());
@@ -35,12 +48,12 @@ fn relay_of_family(
         quic_addr: addr,
         udp_addr: addr,
         link_key: key.public().clone(),
-        onion_certs: vec![OnionKeyCert::sign(&id, key.public(), T0 - 10, T0 + 200 * DAY).unwrap()],
+        onion_certs: vec![OnionKeyCert::sign(&id, key.public(), at - 10, at + 7 * DAY).unwrap()],
         exit_policy: policy.clone(),
         family: family.iter().map(|s| self::id(*s)).collect(),
         bandwidth,
-        published: T0,
-        valid_until: T0 + 100 * DAY,
+        published: at,
+        valid_until: at + 7 * DAY,
     }
     .sign(&id)
     .unwrap()
@@ -48,9 +61,15 @@ fn relay_of_family(
 
 /// `n` accept-all relays with seeds 1..=n in distinct /16s, bandwidth 100.
 fn dir(n: u8) -> Directory {
+    dir_at(n, T0)
+}
+
+/// [`dir`] with descriptors published at `at` (the same relays, as they publish again).
+fn dir_at(n: u8, at: u64) -> Directory {
+    let accept = ExitPolicy::accept_all();
     Directory::from_descriptors(
         (1..=n)
-            .map(|i| relay(i, &format!("10.{i}.0.1"), 100, &ExitPolicy::accept_all()))
+            .map(|i| relay_at(i, &format!("10.{i}.0.1"), 100, &accept, &[], at))
             .collect(),
     )
     .unwrap()
@@ -213,15 +232,17 @@ fn the_guard_is_kept_and_rotated_after_its_lifetime() {
     assert_eq!(first.entry(), Some(guard));
     assert_eq!(sel.guards().len(), 3);
     for t in 0..100 {
+        // Relays publish again every few days: the directory of each moment.
+        let now = T0 + t * DAY / 2;
         let path = sel
-            .select(&dir, &ExitRequirement::Any, T0 + t * DAY / 2, &mut rng)
+            .select(&dir_at(10, now), &ExitRequirement::Any, now, &mut rng)
             .unwrap();
         assert_eq!(path.entry(), Some(guard));
         assert_ne!(path.exit(), Some(guard));
     }
     let later = T0 + 60 * DAY;
     let path = sel
-        .select(&dir, &ExitRequirement::Any, later, &mut rng)
+        .select(&dir_at(10, later), &ExitRequirement::Any, later, &mut rng)
         .unwrap();
     assert_ne!(sel.guard(), Some(guard));
     assert_eq!(path.entry(), sel.guard());
@@ -509,8 +530,13 @@ fn restored_guards_are_used_in_their_order_and_pruned_as_usual() {
     let mut late = selector(3);
     late.restore_guards(&saved);
     let mut rng = StdRng::seed_from_u64(9);
-    late.select(&dir, &ExitRequirement::Any, T0 + lifetime, &mut rng)
-        .unwrap();
+    late.select(
+        &dir_at(6, T0 + lifetime),
+        &ExitRequirement::Any,
+        T0 + lifetime,
+        &mut rng,
+    )
+    .unwrap();
     assert!(
         late.sampled_guards()
             .iter()

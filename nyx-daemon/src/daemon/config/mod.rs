@@ -146,6 +146,14 @@ pub struct RelaySection {
     /// published again with it. Default `24h`, at least 10 s.
     #[serde(with = "humantime_serde")]
     pub onion_key_period: Duration,
+    /// How often a relay makes a new link key (the key of the UDP link handshake, published
+    /// in the descriptor). Default `7d`, at least 10 s. Authorities keep theirs (pinned).
+    #[serde(with = "humantime_serde")]
+    pub link_key_period: Duration,
+    /// How long the previous link key is still answered after a rotation: clients must get
+    /// the new descriptor within it. Default `3h`; shorter than the period.
+    #[serde(with = "humantime_serde")]
+    pub link_key_overlap: Duration,
     /// How long before a key expires its successor is published, which is also how long both
     /// are accepted: clients must get the new descriptor (through a new consensus) within
     /// it. Default `3h`; shorter than the period.
@@ -164,6 +172,8 @@ impl Default for RelaySection {
             descriptor_validity: Duration::from_secs(24 * 3600),
             onion_key_period: Duration::from_secs(24 * 3600),
             onion_key_overlap: Duration::from_secs(3 * 3600),
+            link_key_period: Duration::from_secs(7 * 86_400),
+            link_key_overlap: Duration::from_secs(3 * 3600),
         }
     }
 }
@@ -288,28 +298,64 @@ impl DaemonConfig {
         if let Err(reason) = crate::daemon::trust::parse_authorities(&self.directory.authorities) {
             add("directory.authorities", reason);
         }
-        if self.relay.onion_key_period < Duration::from_secs(10) {
-            add(
-                "relay.onion_key_period",
-                format!("{:?} is shorter than 10s", self.relay.onion_key_period),
-            );
-        }
-        if self.relay.onion_key_overlap.is_zero()
-            || self.relay.onion_key_overlap >= self.relay.onion_key_period
+        // Clients refuse onion keys certified for longer than MAX_ONION_KEY_LIFETIME (a
+        // period plus an overlap shorter than it): a period of at most half of it fits.
+        let max_onion = nyx_overlay::directory::MAX_ONION_KEY_LIFETIME / 2;
+        if self.relay.onion_key_period < Duration::from_secs(10)
+            || self.relay.onion_key_period > Duration::from_secs(max_onion)
         {
             add(
-                "relay.onion_key_overlap",
+                "relay.onion_key_period",
                 format!(
-                    "{:?} must be above zero and shorter than relay.onion_key_period",
-                    self.relay.onion_key_overlap
+                    "{:?} is shorter than 10s or longer than {} days (clients refuse longer keys)",
+                    self.relay.onion_key_period,
+                    max_onion / 86_400
                 ),
             );
         }
+        if self.relay.link_key_period < Duration::from_secs(10) {
+            add(
+                "relay.link_key_period",
+                format!("{:?} is shorter than 10s", self.relay.link_key_period),
+            );
+        }
+        // Both keys' overlaps: above zero and shorter than their period.
+        for (kind, overlap, period) in [
+            (
+                "onion",
+                self.relay.onion_key_overlap,
+                self.relay.onion_key_period,
+            ),
+            (
+                "link",
+                self.relay.link_key_overlap,
+                self.relay.link_key_period,
+            ),
+        ] {
+            if overlap.is_zero() || overlap >= period {
+                add(
+                    &format!("relay.{kind}_key_overlap"),
+                    format!(
+                        "{overlap:?} must be above zero and shorter than relay.{kind}_key_period"
+                    ),
+                );
+            }
+        }
         let min_period = nyx_overlay::directory::authority::MIN_PERIOD;
-        if self.authority.period < Duration::from_secs(min_period) {
+        // A consensus is valid for three periods; clients refuse longer than
+        // MAX_CONSENSUS_LIFETIME.
+        let max_period = nyx_overlay::directory::consensus::MAX_CONSENSUS_LIFETIME / 3;
+        if self.authority.period < Duration::from_secs(min_period)
+            || self.authority.period > Duration::from_secs(max_period)
+        {
             add(
                 "authority.period",
-                format!("{:?} is shorter than {min_period}s", self.authority.period),
+                format!(
+                    "{:?} is shorter than {min_period}s or longer than {}h (clients refuse \
+                     consensuses valid for longer than three of them)",
+                    self.authority.period,
+                    max_period / 3600
+                ),
             );
         }
         if self.authority.enabled && !self.relay.enabled {
@@ -404,6 +450,17 @@ impl DaemonConfig {
             period: self.relay.onion_key_period,
             overlap: self.relay.onion_key_overlap,
         }
+    }
+
+    /// How a relay's link keys rotate; `None` when they do not (a client has none, an
+    /// authority's is pinned).
+    pub fn link_key_schedule(&self) -> Option<crate::daemon::link_keys::LinkKeySchedule> {
+        (self.relay.enabled && !self.authority.enabled).then_some(
+            crate::daemon::link_keys::LinkKeySchedule {
+                period: self.relay.link_key_period,
+                overlap: self.relay.link_key_overlap,
+            },
+        )
     }
 
     /// The exit policy of `[relay]`.

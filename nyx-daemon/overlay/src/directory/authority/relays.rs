@@ -16,9 +16,10 @@ use super::AuthorityError;
 use crate::directory::Descriptor;
 use crate::directory::consensus::{Flags, RelayStatus, vote_status_with_uptime};
 
-/// Longest a descriptor may stay valid after it is uploaded, seconds (7 days): one with a
-/// later `valid_until` is refused, so that an uploaded descriptor is held 7 days at most.
-pub const MAX_DESCRIPTOR_VALIDITY: u64 = 7 * 86_400;
+/// Longest a descriptor may stay valid after it is uploaded, seconds (7 days, the cap
+/// clients apply too): one with a later `valid_until` is refused, so that an uploaded
+/// descriptor is held 7 days at most.
+pub use crate::directory::descriptor::MAX_DESCRIPTOR_VALIDITY;
 
 /// One relay as the authority knows it.
 #[derive(Debug)]

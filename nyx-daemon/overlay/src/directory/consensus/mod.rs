@@ -37,6 +37,9 @@ pub const MAX_RELAYS: usize = 1 << 16;
 pub const MAX_AUTHORITIES: usize = 32;
 /// How far ahead of the client's clock a consensus may start and still be accepted.
 pub const MAX_CLOCK_SKEW: u64 = super::MAX_CLOCK_SKEW;
+/// Longest a consensus may be valid (`valid_until - valid_after`), seconds: three periods
+/// of at most a day (authorities make it valid for three periods). Clients refuse longer.
+pub const MAX_CONSENSUS_LIFETIME: u64 = 3 * 86_400;
 
 /// Bytes of one relay entry: node id, descriptor digest, flags, weight.
 const ENTRY_LEN: usize = 32 + 32 + 1 + 4;
@@ -159,6 +162,17 @@ pub enum ConsensusError {
     BadVoteSignature {
         /// Who it claims to be from.
         signer: NodeId,
+    },
+    /// Valid for longer than [`MAX_CONSENSUS_LIFETIME`]: a client caps what it accepts, so
+    /// that authorities' keys misused once cannot freeze it on one list of relays for long.
+    #[error("valid from {valid_after} until {valid_until}: longer than {max} s")]
+    TooLong {
+        /// Its start.
+        valid_after: u64,
+        /// Its end.
+        valid_until: u64,
+        /// The cap, seconds.
+        max: u64,
     },
     /// Not valid yet at the client's time.
     #[error("not valid before {valid_after} (now {now})")]

@@ -6,8 +6,8 @@ use nyx_crypto::identity::{IdentityKey, IdentityPublic, SIGNATURE_LEN};
 
 use super::encoding::{end, malformed};
 use super::{
-    CONSENSUS_CONTEXT, ConsensusBody, ConsensusError, MAX_AUTHORITIES, MAX_CLOCK_SKEW, Period,
-    RelayStatus, majority,
+    CONSENSUS_CONTEXT, ConsensusBody, ConsensusError, MAX_AUTHORITIES, MAX_CLOCK_SKEW,
+    MAX_CONSENSUS_LIFETIME, Period, RelayStatus, majority,
 };
 use crate::directory::codec::Reader;
 
@@ -86,8 +86,9 @@ impl UnverifiedConsensus {
     }
 
     /// Accept it if valid signatures by more than half of `authorities` (distinct, pinned)
-    /// cover it, `now_unix` is inside its period (allowing [`MAX_CLOCK_SKEW`] early), and it
-    /// is not older than the one held (`held`, its `valid_after`).
+    /// cover it, it is valid for at most [`MAX_CONSENSUS_LIFETIME`], `now_unix` is inside
+    /// its period (allowing [`MAX_CLOCK_SKEW`] early), and it is not older than the one held
+    /// (`held`, its `valid_after`).
     pub fn verify(
         self,
         authorities: &[IdentityPublic],
@@ -95,6 +96,13 @@ impl UnverifiedConsensus {
         held: Option<u64>,
     ) -> Result<Consensus, ConsensusError> {
         let p = self.body.period;
+        if p.valid_until.saturating_sub(p.valid_after) > MAX_CONSENSUS_LIFETIME {
+            return Err(ConsensusError::TooLong {
+                valid_after: p.valid_after,
+                valid_until: p.valid_until,
+                max: MAX_CONSENSUS_LIFETIME,
+            });
+        }
         if now_unix.saturating_add(MAX_CLOCK_SKEW) < p.valid_after {
             return Err(ConsensusError::NotYetValid {
                 valid_after: p.valid_after,

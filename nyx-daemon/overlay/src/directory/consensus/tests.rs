@@ -233,6 +233,32 @@ fn forged_minority_expired_early_and_rolled_back_consensuses_are_refused() {
     );
 }
 
+/// A consensus valid for longer than MAX_CONSENSUS_LIFETIME is refused, however well signed:
+/// authorities' keys misused once cannot freeze clients on one relay list for long.
+#[test]
+fn a_consensus_valid_too_long_is_refused() {
+    let keys = pinned(3);
+    let body_lasting = |lifetime: u64| ConsensusBody {
+        period: Period {
+            valid_after: T0,
+            fresh_until: T0 + 1,
+            valid_until: T0 + lifetime,
+        },
+        relays: vec![relay(1, 5, RS)],
+    };
+    let longest = signed(&body_lasting(MAX_CONSENSUS_LIFETIME), &[0, 1, 2]);
+    assert!(longest.verify(&keys, T0, None).is_ok());
+    let too_long = signed(&body_lasting(MAX_CONSENSUS_LIFETIME + 1), &[0, 1, 2]);
+    assert_eq!(
+        too_long.verify(&keys, T0, None),
+        Err(ConsensusError::TooLong {
+            valid_after: T0,
+            valid_until: T0 + MAX_CONSENSUS_LIFETIME + 1,
+            max: MAX_CONSENSUS_LIFETIME
+        })
+    );
+}
+
 #[test]
 fn malformed_bytes_are_refused_with_their_reason() {
     let body = ConsensusBody {

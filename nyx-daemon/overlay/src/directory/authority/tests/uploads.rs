@@ -63,11 +63,13 @@ fn a_descriptor_valid_for_more_than_seven_days_is_refused() {
     let addrs = (node.descriptor.quic_addr(), node.descriptor.udp_addr());
     let mut auth = authority(|_| {});
     let latest = START + MAX_DESCRIPTOR_VALIDITY;
-    let far = resigned(node, 0, addrs, latest + 1);
+    // Published 200 s ahead (within the clock skew allowed) and valid 7 days from then: a
+    // valid descriptor, but held past 7 days from its upload.
+    let far = resigned(node, 200, addrs, latest + 200);
     assert_eq!(
         auth.post_descriptor(far.as_bytes(), START),
         Err(AuthorityError::ValidityTooLong {
-            valid_until: latest + 1,
+            valid_until: latest + 200,
             latest
         })
     );
