@@ -237,12 +237,16 @@ async fn a_client_endpoint_shows_a_fresh_identity_per_link_and_accepts_nothing()
     }
     assert_ne!(seen[0], seen[1], "two links showed one identity");
 
-    // The relay dials the client: refused, nothing to accept.
+    // The relay dials the client: no TLS handshake happens at all (a server would answer
+    // and fail the made-up id with WrongPeer; the client endpoint has no server side).
+    assert!(!client.accepts_links());
     let client_addr = client.local_addr().unwrap();
     let any = IdentityKey::from_seed(&[9; 32]).node_id();
     let dial = tokio::time::timeout(Duration::from_secs(3), relay.connect(any, client_addr));
-    assert!(
-        !matches!(dial.await, Ok(Ok(_))),
-        "a client endpoint accepted a connection"
-    );
+    match dial.await {
+        Err(_elapsed) => {}
+        Ok(Err(Error::WrongPeer { .. })) => panic!("the client endpoint answered a handshake"),
+        Ok(Err(_refused)) => {}
+        Ok(Ok(_)) => panic!("a client endpoint accepted a connection"),
+    }
 }

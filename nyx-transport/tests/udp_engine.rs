@@ -761,3 +761,52 @@ fn client_engine_dials_anonymously_and_accepts_nothing() {
     );
     assert!(client.engine.stats().hellos_refused >= 1);
 }
+
+/// A client that redials its relay from the same address shows a new identity: the relay
+/// reports the link replaced (old id gone, new id up) and its cells reach the client again.
+#[test]
+fn a_client_redialling_from_the_same_address_replaces_its_link() {
+    let mut relay = node(2, B, UdpConfig::default());
+    let mut client = Node {
+        id: Arc::new(IdentityKey::from_seed(&[1; 32])),
+        key: HybridSecretKey::from_seed(&[1; 96]),
+        engine: UdpEngine::client(UdpConfig::default(), Timestamp::ZERO).unwrap(),
+        addr: A.parse().unwrap(),
+    };
+    connect(&mut client, &mut relay);
+    let (_, er) = run(&mut client, &mut relay, None, 0, 5);
+    let [UdpEvent::Connected { peer: first, .. }] = er[..] else {
+        panic!("{er:?}")
+    };
+    // The client's overlay gave the link up and dials again.
+    let (peer, key) = (relay.id.node_id(), relay.key.public().clone());
+    client
+        .engine
+        .connect(peer, key, relay.addr, Timestamp::from_millis(100))
+        .unwrap();
+    let (ec, er) = run(&mut client, &mut relay, None, 100, 5);
+    assert!(
+        ec.iter().any(|e| matches!(e, UdpEvent::Connected { .. })),
+        "{ec:?}"
+    );
+    let second = er
+        .iter()
+        .find_map(|e| match e {
+            UdpEvent::Replaced { old, peer, addr } => {
+                assert_eq!((*old, *addr), (first, client.addr));
+                Some(*peer)
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Replaced in {er:?}"));
+    assert_ne!(second, first);
+    relay
+        .engine
+        .send_cell(client.addr, &[7; 1152], Timestamp::from_millis(200))
+        .unwrap();
+    let (ec, _) = run(&mut client, &mut relay, None, 200, 2);
+    assert!(
+        ec.iter().any(|e| matches!(e, UdpEvent::Cell { .. })),
+        "the relay's cell did not reach the client: {ec:?}"
+    );
+}

@@ -114,6 +114,8 @@ impl BoundNode {
             Some(a) => a,
             None => self.addr,
         };
+        // An IPv4-mapped address is published as the IPv4 address it is (what peers see).
+        let addr = SocketAddr::new(addr.ip().to_canonical(), addr.port());
         if addr.ip().is_unspecified() {
             return Err(Error::Settings {
                 reason: format!(

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use nyx_crypto::kem::HybridSecretKey;
+use nyx_crypto::kem::{HybridPublicKey, HybridSecretKey};
 use nyx_crypto::keyfile;
 use nyx_crypto::link::LinkKey;
 use nyx_node::{NodeHandle, unix_now};
@@ -37,6 +37,8 @@ pub struct LinkKeySchedule {
 }
 
 /// Start rotating the link keys of `node` in `data_dir` (a relay that is not an authority).
+/// The node was bound with the current key alone; the first step also answers for the
+/// previous one while its overlap lasts.
 pub fn spawn(
     state: Arc<DaemonState>,
     node: NodeHandle,
@@ -44,8 +46,18 @@ pub fn spawn(
     schedule: LinkKeySchedule,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut answered: Option<Answered> = None;
         loop {
-            let wait = match step(&state, &node, &data_dir, schedule, unix_now()).await {
+            let next = step(
+                &state,
+                &node,
+                &data_dir,
+                schedule,
+                &mut answered,
+                unix_now(),
+            )
+            .await;
+            let wait = match next {
                 Ok(next) => next.saturating_sub(unix_now()),
                 Err(e) => {
                     tracing::warn!(error = %e, "link key rotation failed; retrying in a minute");
@@ -61,67 +73,89 @@ pub fn spawn(
     })
 }
 
-/// Do what is due at `now` (rotate, or retire the previous key) and return when to look
-/// again (Unix seconds).
+/// The public keys the node was last given (current, previous).
+type Answered = (HybridPublicKey, Option<HybridPublicKey>);
+
+/// Bring everything in line with the files at `now`, rotating first if due, and return when
+/// to look again (Unix seconds). Every step starts from the files, so one that failed half
+/// way is completed by the next: the node answers for the current key and (during the
+/// overlap, or while the descriptor still names it) the previous one; the descriptor names
+/// the current key; the previous key is erased only once the descriptor names the current
+/// one and the overlap is over.
 async fn step(
     state: &DaemonState,
     node: &NodeHandle,
     dir: &Path,
     schedule: LinkKeySchedule,
+    answered: &mut Option<Answered>,
     now: u64,
 ) -> Result<u64, Error> {
     let (current, previous) = (dir.join(LINK_KEY_FILE), dir.join(PREVIOUS_LINK_KEY_FILE));
-    let made = made_at(&current)?;
-    let rotate_at = made.saturating_add(schedule.period.as_secs());
-    let retire_at = made.saturating_add(schedule.overlap.as_secs());
-    if now >= rotate_at {
-        let fresh = HybridSecretKey::generate()?;
-        let public = fresh.public().clone();
-        rename(&current, &previous)?;
-        keyfile::write_hybrid(&current, &fresh)?;
-        let old = keyfile::read_hybrid(&previous)?;
-        node.set_link_keys(vec![LinkKey::new(fresh), LinkKey::new(old)])
-            .await?;
-        if state.publish_link_key(public)? {
-            tracing::info!("link key rotated; descriptor published again");
-        }
-        return Ok(now.saturating_add(schedule.overlap.as_secs()));
+    if now >= made_at(&current)?.saturating_add(schedule.period.as_secs()) {
+        rotate(&current, &previous)?;
+        tracing::info!("new link key made");
     }
-    if previous.exists() {
-        if now >= retire_at {
-            let key = keyfile::read_hybrid(&current)?;
-            node.set_link_keys(vec![LinkKey::new(key)]).await?;
+    let made = made_at(&current)?;
+    let (rotate_at, retire_at) = (
+        made.saturating_add(schedule.period.as_secs()),
+        made.saturating_add(schedule.overlap.as_secs()),
+    );
+    let key = keyfile::read_hybrid(&current)?;
+    let public = key.public().clone();
+    let old = match previous.exists() {
+        true => Some(keyfile::read_hybrid(&previous)?),
+        false => None,
+    };
+    let published = state.published_link_key().is_some_and(|p| p == public);
+    // The previous key stays answered during the overlap and while the descriptor does not
+    // name the current key yet.
+    let keep_old = old.filter(|_| now < retire_at || !published);
+    let wanted: Answered = (
+        public.clone(),
+        keep_old.as_ref().map(|k| k.public().clone()),
+    );
+    if answered.as_ref() != Some(&wanted) {
+        let mut keys = vec![LinkKey::new(key)];
+        keys.extend(keep_old.map(LinkKey::new));
+        node.set_link_keys(keys).await?;
+        *answered = Some(wanted.clone());
+    }
+    if !published && state.publish_link_key(public)? {
+        tracing::info!("descriptor published again with the new link key");
+    }
+    match (previous.exists(), wanted.1) {
+        (true, None) => {
             std::fs::remove_file(&previous).map_err(|source| Error::File {
                 what: "remove",
                 path: previous.clone(),
                 source,
             })?;
-            tracing::info!("previous link key retired");
-            return Ok(rotate_at);
+            tracing::info!("previous link key erased");
+            Ok(rotate_at)
         }
-        return Ok(retire_at.min(rotate_at));
+        (true, Some(_)) => Ok(retire_at.min(rotate_at)),
+        (false, _) => Ok(rotate_at),
     }
-    Ok(rotate_at)
 }
 
-/// At start: while the previous key's overlap lasts, answer for it too (the node was
-/// bound with the current key alone).
-pub async fn resume(
-    node: &NodeHandle,
-    dir: &Path,
-    schedule: LinkKeySchedule,
-    now: u64,
-) -> Result<(), Error> {
-    let previous = dir.join(PREVIOUS_LINK_KEY_FILE);
-    let current = dir.join(LINK_KEY_FILE);
-    if !previous.exists() || now >= made_at(&current)?.saturating_add(schedule.overlap.as_secs()) {
-        return Ok(()); // nothing kept, or the rotation task erases it
+/// Make a new current key, the current one becoming the previous one. `link.key` is never
+/// missing: the previous file is a second name of the current key's file before the new key
+/// replaces it (atomically); a crash in between leaves two names of one key, and the next
+/// step rotates again.
+fn rotate(current: &Path, previous: &Path) -> Result<(), Error> {
+    let fail = |what, path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::File { what, path, source }
+    };
+    match std::fs::remove_file(previous) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(fail("remove", previous)(e));
+        }
+        _ => {}
     }
-    let keys = vec![
-        LinkKey::new(keyfile::read_hybrid(&current)?),
-        LinkKey::new(keyfile::read_hybrid(&previous)?),
-    ];
-    Ok(node.set_link_keys(keys).await?)
+    std::fs::hard_link(current, previous).map_err(fail("link", previous))?;
+    keyfile::write_hybrid(current, &HybridSecretKey::generate()?)?;
+    Ok(())
 }
 
 /// When the key file at `path` was written (Unix seconds).
@@ -136,12 +170,4 @@ fn made_at(path: &Path) -> Result<u64, Error> {
     Ok(modified
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs()))
-}
-
-fn rename(from: &Path, to: &Path) -> Result<(), Error> {
-    std::fs::rename(from, to).map_err(|source| Error::File {
-        what: "rename",
-        path: from.to_owned(),
-        source,
-    })
 }

@@ -218,7 +218,6 @@ impl Daemon {
             state.publish(descriptor)?;
         }
         if let Some(schedule) = config.link_key_schedule() {
-            link_keys::resume(&node.handle(), &data_dir, schedule, now).await?;
             tasks.push(link_keys::spawn(
                 state.clone(),
                 node.handle(),

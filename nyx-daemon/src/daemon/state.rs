@@ -334,17 +334,15 @@ impl DaemonState {
         self.node.set_limits(limits).await?;
         let relays = directory.len();
         let republish = diff.live.iter().any(|k| k.starts_with("relay."));
-        let published = lock(&self.descriptor).clone();
-        if let (true, Some(mut builder)) = (republish, published) {
+        if republish && lock(&self.descriptor).is_some() {
             self.node.set_exit_policy(policy.clone()).await?;
-            let now = unix_now();
-            builder.exit_policy = policy;
             let own = self.identity.node_id();
-            builder.family = family.into_iter().filter(|id| *id != own).collect();
-            builder.bandwidth = new.relay.bandwidth;
-            builder.published = now;
-            builder.valid_until = now + new.relay.descriptor_validity.as_secs();
-            self.publish(builder)?;
+            let bandwidth = new.relay.bandwidth;
+            self.update_descriptor(new.relay.descriptor_validity, |b| {
+                b.exit_policy = policy;
+                b.family = family.into_iter().filter(|id| *id != own).collect();
+                b.bandwidth = bandwidth;
+            })?;
         }
         // Keys that need a restart keep their running values.
         let mut applied = old;
@@ -404,16 +402,11 @@ impl DaemonState {
         &self,
         certs: Option<Vec<nyx_crypto::onion_cert::OnionKeyCert>>,
     ) -> Result<bool, Error> {
-        let Some(mut builder) = lock(&self.descriptor).clone() else {
-            return Ok(false);
-        };
-        if let Some(certs) = certs {
-            builder.onion_certs = certs;
-        }
-        let now = unix_now();
-        builder.published = now;
-        builder.valid_until = now + self.config().relay.descriptor_validity.as_secs();
-        self.publish(builder).map(|()| true)
+        self.update_descriptor(self.config().relay.descriptor_validity, |b| {
+            if let Some(certs) = certs {
+                b.onion_certs = certs;
+            }
+        })
     }
 
     /// Publish the descriptor again with a new link key (after a rotation). False for a
@@ -422,18 +415,47 @@ impl DaemonState {
         &self,
         link_key: nyx_crypto::kem::HybridPublicKey,
     ) -> Result<bool, Error> {
-        let Some(mut builder) = lock(&self.descriptor).clone() else {
+        self.update_descriptor(self.config().relay.descriptor_validity, |b| {
+            b.link_key = link_key
+        })
+    }
+
+    /// The link key the published descriptor names (none for a client-only daemon).
+    pub fn published_link_key(&self) -> Option<nyx_crypto::kem::HybridPublicKey> {
+        lock(&self.descriptor).as_ref().map(|b| b.link_key.clone())
+    }
+
+    /// Change the descriptor with `change`, make it valid for `validity` from now and
+    /// publish it, all under one lock, so that two updates (a reload, a key rotation, a
+    /// renewal) cannot undo each other. False for a client-only daemon, which has none.
+    pub(super) fn update_descriptor(
+        &self,
+        validity: std::time::Duration,
+        change: impl FnOnce(&mut DescriptorBuilder),
+    ) -> Result<bool, Error> {
+        let validity = validity.as_secs();
+        let mut held = lock(&self.descriptor);
+        let Some(mut builder) = held.clone() else {
             return Ok(false);
         };
+        change(&mut builder);
         let now = unix_now();
-        builder.link_key = link_key;
         builder.published = now;
-        builder.valid_until = now + self.config().relay.descriptor_validity.as_secs();
-        self.publish(builder).map(|()| true)
+        builder.valid_until = now + validity;
+        self.sign_and_write(&builder)?;
+        *held = Some(builder);
+        Ok(true)
     }
 
     /// Sign `builder` and write it as the node's published descriptor.
     pub fn publish(&self, builder: DescriptorBuilder) -> Result<(), Error> {
+        self.sign_and_write(&builder)?;
+        *lock(&self.descriptor) = Some(builder);
+        Ok(())
+    }
+
+    /// Sign `builder`, write it to the descriptor file and hand it to the uploaders.
+    fn sign_and_write(&self, builder: &DescriptorBuilder) -> Result<(), Error> {
         let descriptor = builder
             .clone()
             .sign(&self.identity)
@@ -444,7 +466,6 @@ impl DaemonState {
             &self.endpoints.data_dir.join(files::DESCRIPTOR_FILE),
             directory.to_text(),
         )?;
-        *lock(&self.descriptor) = Some(builder);
         self.signed.send_replace(directory.iter().next().cloned());
         Ok(())
     }

@@ -122,6 +122,17 @@ pub enum UdpEvent {
         /// Its address.
         addr: SocketAddr,
     },
+    /// A new handshake from a live link's address authenticated as another peer (a
+    /// client-only node redialling with a fresh identity, or a restarted peer with new
+    /// keys): the link to `old` is gone, and one to `peer` is up at `addr`.
+    Replaced {
+        /// The peer the link had.
+        old: NodeId,
+        /// The peer it has now.
+        peer: NodeId,
+        /// Its address.
+        addr: SocketAddr,
+    },
     /// A cell arrived.
     Cell {
         /// From whom.
@@ -600,6 +611,12 @@ impl UdpEngine {
         }
     }
 
+    /// Whether `addr` has a link or a dial (what the socket driver keeps per peer is kept
+    /// for these).
+    pub fn knows(&self, addr: SocketAddr) -> bool {
+        self.links.contains_key(&addr) || self.dials.contains_key(&addr)
+    }
+
     /// The transport's counters.
     pub fn stats(&self) -> UdpStats {
         self.stats
@@ -840,6 +857,13 @@ impl UdpEngine {
                 let Some(promoted) = link.pending.pop_front() else {
                     return;
                 };
+                if link.confirmed && promoted.peer != link.peer {
+                    self.events.push_back(UdpEvent::Replaced {
+                        old: link.peer,
+                        peer: promoted.peer,
+                        addr: from,
+                    });
+                }
                 link.peer = promoted.peer;
                 link.session = promoted.session;
                 link.handshake_sent = promoted.welcome_sent;

@@ -102,7 +102,9 @@ pub struct UdpTransport {
 /// unspecified address (`0.0.0.0` or `[::]`) a reply must leave from the local address the peer
 /// sent to, not whichever the kernel would pick (a peer matches replies by address): the
 /// destination of each received datagram is kept per peer and used as the source of what
-/// is sent to it.
+/// is sent to it. A peer with a link or a dial keeps the address it has (a datagram forged
+/// with its source cannot move it); entries of peers the engine does not know are dropped
+/// when the table is full, and none is added while it stays full.
 #[derive(Debug)]
 struct Addressing {
     /// The socket is IPv6 (dual-stack unless the system says otherwise).
@@ -125,15 +127,28 @@ impl Addressing {
         }
     }
 
-    /// A received datagram's source as the engine knows it; remembers where it arrived.
-    fn received(&mut self, from: SocketAddr, to_local: Option<IpAddr>) -> SocketAddr {
+    /// A received datagram's source as the engine knows it; remembers where it arrived
+    /// unless `known` peers already have an address.
+    fn received(
+        &mut self,
+        from: SocketAddr,
+        to_local: Option<IpAddr>,
+        known: impl Fn(SocketAddr) -> bool,
+    ) -> SocketAddr {
         let from = SocketAddr::new(from.ip().to_canonical(), from.port());
-        if let (true, Some(local)) = (self.unspecified, to_local) {
-            if self.reply_from.len() >= self.max_entries && !self.reply_from.contains_key(&from) {
-                self.reply_from.clear();
-            }
-            self.reply_from.insert(from, local.to_canonical());
+        let (true, Some(local)) = (self.unspecified, to_local) else {
+            return from;
+        };
+        if self.reply_from.contains_key(&from) && known(from) {
+            return from;
         }
+        if self.reply_from.len() >= self.max_entries && !self.reply_from.contains_key(&from) {
+            self.reply_from.retain(|addr, _| known(*addr));
+            if self.reply_from.len() >= self.max_entries {
+                return from;
+            }
+        }
+        self.reply_from.insert(from, local.to_canonical());
         from
     }
 
@@ -319,7 +334,10 @@ impl UdpTransport {
         };
         for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
             let stride = m.stride.max(1);
-            let from = self.addressing.received(m.addr, m.dst_ip);
+            let engine = &self.engine;
+            let from = self
+                .addressing
+                .received(m.addr, m.dst_ip, |a| engine.knows(a));
             for datagram in slice[..m.len].chunks(stride) {
                 match &mut self.faults {
                     None => self.engine.handle_datagram(from, datagram, now),
@@ -428,5 +446,59 @@ fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> Error {
     move |e| Error::Io {
         what,
         source: Arc::new(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn replies_leave_from_where_a_peer_sent_and_forgeries_cannot_move_a_known_peer() {
+        let mut a = Addressing::new(addr("[::]:9000"), 2);
+        let peer = addr("[::ffff:198.51.100.7]:4000");
+        let seen = a.received(peer, Some("::ffff:203.0.113.1".parse().unwrap()), |_| false);
+        assert_eq!(
+            seen,
+            addr("198.51.100.7:4000"),
+            "the engine sees plain IPv4"
+        );
+        assert_eq!(
+            a.sending(seen),
+            (peer, Some("203.0.113.1".parse().unwrap())),
+            "to the mapped address, from where it sent"
+        );
+        // Once the peer has a link, a datagram forged with its source to another local
+        // address does not move it; an unknown peer's entry follows its latest datagram.
+        a.received(peer, Some("203.0.113.2".parse().unwrap()), |_| true);
+        assert_eq!(a.sending(seen).1, Some("203.0.113.1".parse().unwrap()));
+        a.received(peer, Some("203.0.113.2".parse().unwrap()), |_| false);
+        assert_eq!(a.sending(seen).1, Some("203.0.113.2".parse().unwrap()));
+        // Bounded: full of unknown peers, they make room; full of known ones, none is added.
+        for port in 1..200 {
+            a.received(
+                addr(&format!("192.0.2.1:{port}")),
+                Some("203.0.113.1".parse().unwrap()),
+                |_| false,
+            );
+            assert!(a.reply_from.len() <= a.max_entries);
+        }
+        let mut full = Addressing::new(addr("0.0.0.0:9000"), 1);
+        for port in 1..100 {
+            full.received(
+                addr(&format!("192.0.2.1:{port}")),
+                Some("203.0.113.1".parse().unwrap()),
+                |_| true,
+            );
+        }
+        assert_eq!(full.reply_from.len(), full.max_entries);
+        // A socket bound to one address leaves the choice to the kernel.
+        let mut bound = Addressing::new(addr("203.0.113.1:9000"), 8);
+        bound.received(peer, Some("203.0.113.1".parse().unwrap()), |_| false);
+        assert!(bound.reply_from.is_empty());
     }
 }

@@ -7,7 +7,7 @@ use nyx_core::NodeId;
 use nyx_overlay::circuit::{CircuitHandle, DestroyReason};
 use nyx_transport::link::{Inbound, Message, UdpLink};
 use nyx_transport::udp::{UdpCommand, UdpEvent};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Driver, depth, push_task, rotation_deadline};
 use crate::events::{CircuitInfo, NodeEvent, PeerInfo};
@@ -53,6 +53,19 @@ impl Driver {
         match event {
             UdpEvent::Connected { peer, addr } => {
                 self.links.udp_dials.remove(&addr);
+                if let Some(tx) = &self.udp {
+                    let link = UdpLink::new(peer, addr, tx.clone());
+                    self.links.live.insert(peer, LinkRef::Udp(link));
+                }
+                self.peer_up(peer);
+                self.overlay.link_up(peer, now);
+            }
+            UdpEvent::Replaced { old, peer, addr } => {
+                if matches!(self.links.live.get(&old), Some(LinkRef::Udp(l)) if l.addr() == addr) {
+                    self.links.live.remove(&old);
+                    self.peer_down(old);
+                    self.overlay.link_down(old, now);
+                }
                 if let Some(tx) = &self.udp {
                     let link = UdpLink::new(peer, addr, tx.clone());
                     self.links.live.insert(peer, LinkRef::Udp(link));
@@ -167,11 +180,16 @@ impl Driver {
             Command::SetLinkKeys(keys) => {
                 if let Some(udp) = self.udp.clone() {
                     tracing::info!(keys = keys.len(), "link keys replaced");
-                    // Off the driver's path: the transport takes it when it can.
-                    let task = tokio::spawn(async move {
-                        let _ = udp.send(UdpCommand::SetLinkKeys(keys)).await;
-                    });
-                    push_task(&self.aux, task);
+                    // In order with the other commands; only a full queue defers it to a
+                    // task (the driver never waits on the transport).
+                    if let Err(mpsc::error::TrySendError::Full(command)) =
+                        udp.try_send(UdpCommand::SetLinkKeys(keys))
+                    {
+                        let task = tokio::spawn(async move {
+                            let _ = udp.send(command).await;
+                        });
+                        push_task(&self.aux, task);
+                    }
                 }
             }
             Command::SetLimits { limits, reply } => {

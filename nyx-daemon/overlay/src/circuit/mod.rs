@@ -555,7 +555,12 @@ impl Overlay {
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^= z >> 31;
-            let id = (z as u32 & 0x7fff_ffff) | high;
+            // A client-only node draws the top bit too: tied to its lasting id, the half
+            // would be one constant bit about it across its one-link identities.
+            let id = match self.config.relay {
+                true => (z as u32 & 0x7fff_ffff) | high,
+                false => z as u32,
+            };
             if id != 0 && !self.shared.slots.contains_key(&(peer, id)) {
                 return id;
             }

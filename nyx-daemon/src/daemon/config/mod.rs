@@ -234,7 +234,7 @@ impl DaemonConfig {
         if self.relay.enabled
             && self.relay.advertise.is_none()
             && let Some(addr) = self.listen.first()
-            && addr.ip().is_unspecified()
+            && addr.ip().to_canonical().is_unspecified()
         {
             add(
                 "listen",
@@ -245,7 +245,7 @@ impl DaemonConfig {
             );
         }
         if let Some(addr) = self.relay.advertise
-            && addr.ip().is_unspecified()
+            && addr.ip().to_canonical().is_unspecified()
         {
             add(
                 "relay.advertise",
