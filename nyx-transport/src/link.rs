@@ -113,6 +113,21 @@ impl CellLink for UdpLink {
     }
 }
 
+/// The identity a dial shows: the relay's own, or (a client-only node, `relay` none) one
+/// generated for this link alone.
+pub(crate) fn dial_identity(
+    relay: Option<&Arc<nyx_crypto::identity::IdentityKey>>,
+) -> Result<Arc<nyx_crypto::identity::IdentityKey>, Error> {
+    match relay {
+        Some(identity) => Ok(identity.clone()),
+        None => Ok(Arc::new(
+            nyx_crypto::identity::IdentityKey::generate().map_err(|e| Error::Link {
+                reason: format!("cannot make a link identity: {e}"),
+            })?,
+        )),
+    }
+}
+
 fn queue_error<T>(e: mpsc::error::TrySendError<T>) -> Error {
     Error::Link {
         reason: match e {

@@ -176,12 +176,7 @@ impl QuicEndpoint {
     pub async fn connect(&self, peer: NodeId, addr: SocketAddr) -> Result<QuicLink, Error> {
         let refusal = Refusal::default();
         // A client shows an identity made for this link alone (dropped with the config).
-        let identity = match &self.identity {
-            Some(identity) => identity.clone(),
-            None => Arc::new(IdentityKey::generate().map_err(|e| Error::Link {
-                reason: format!("cannot make a link identity: {e}"),
-            })?),
-        };
+        let identity = crate::link::dial_identity(self.identity.as_ref())?;
         let tls = Arc::new(client_config_reporting(&identity, peer, refusal.clone())?);
         let crypto = QuicClientConfig::try_from(tls).map_err(|e| Error::TlsConfig {
             reason: e.to_string(),

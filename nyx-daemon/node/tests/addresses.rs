@@ -14,11 +14,10 @@ use nyx_node::{
     BoundNode, Directory, DirectoryPeer, ExitPolicy, Node, NodeKeys, NodeRole, NodeSettings,
     unix_now,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-/// Generous bound for liveness only (never speed): CI machines are shared and slow.
-const LONG: Duration = Duration::from_secs(60);
+mod support;
+use support::LONG;
 
 fn dual_stack_any() -> SocketAddr {
     SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
@@ -89,19 +88,7 @@ async fn mixed_family_relays(transport: TransportKind, net: u8) {
     // Three-hop circuits over four relays always join an IPv4 and an IPv6 relay.
     let site = WebServer::page("across families").await.unwrap();
     for _ in 0..3 {
-        let mut stream = timeout(LONG, client.connect(site.addr()))
-            .await
-            .unwrap()
-            .unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.0\r\nHost: site\r\n\r\n")
-            .await
-            .unwrap();
-        let mut page = Vec::new();
-        timeout(LONG, stream.read_to_end(&mut page))
-            .await
-            .unwrap()
-            .unwrap();
+        let page = support::fetch(&client, site.addr()).await;
         assert!(page.ends_with(b"across families"), "{page:?}");
     }
     client.shutdown().await;

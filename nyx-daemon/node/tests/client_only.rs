@@ -14,11 +14,10 @@ use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
 use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, WebServer, node_settings};
 use nyx_node::{DirectoryPeer, Node, NodeKeys, NodeSettings, unix_now};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-/// Generous bound for liveness only (never speed): CI machines are shared and slow.
-const LONG: Duration = Duration::from_secs(60);
+mod support;
+use support::LONG;
 
 /// The ids every relay of `testnet` sees at the other end of its links.
 async fn peers_of_relays(testnet: &LocalTestnet) -> Vec<(usize, NodeId, bool)> {
@@ -30,23 +29,6 @@ async fn peers_of_relays(testnet: &LocalTestnet) -> Vec<(usize, NodeId, bool)> {
         }
     }
     seen
-}
-
-async fn fetch(client: &Node, site: &WebServer) -> Vec<u8> {
-    let mut stream = timeout(LONG, client.connect(site.addr()))
-        .await
-        .unwrap()
-        .unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.0\r\nHost: site\r\n\r\n")
-        .await
-        .unwrap();
-    let mut page = Vec::new();
-    timeout(LONG, stream.read_to_end(&mut page))
-        .await
-        .unwrap()
-        .unwrap();
-    page
 }
 
 async fn client_shows_no_lasting_identity(transport: TransportKind, net: u8) {
@@ -69,7 +51,7 @@ async fn client_shows_no_lasting_identity(transport: TransportKind, net: u8) {
     let me = client.node_id();
 
     // It works as a client: a page through a 3-hop circuit.
-    let page = fetch(&client, &site).await;
+    let page = support::fetch(&client, site.addr()).await;
     assert!(page.ends_with(b"through three relays"), "got {page:?}");
 
     // One-hop circuits to two relays: two links of this client, at two relays.

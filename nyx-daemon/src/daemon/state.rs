@@ -347,31 +347,10 @@ impl DaemonState {
         // Keys that need a restart keep their running values.
         let mut applied = old;
         applied.directory = new.directory;
-        let restart_only = (
-            applied.relay.enabled,
-            applied.relay.advertise,
-            (
-                applied.relay.onion_key_period,
-                applied.relay.onion_key_overlap,
-            ),
-            (
-                applied.relay.link_key_period,
-                applied.relay.link_key_overlap,
-            ),
-        );
-        applied.relay = new.relay;
-        (
-            applied.relay.enabled,
-            applied.relay.advertise,
-            (
-                applied.relay.onion_key_period,
-                applied.relay.onion_key_overlap,
-            ),
-            (
-                applied.relay.link_key_period,
-                applied.relay.link_key_overlap,
-            ),
-        ) = restart_only;
+        applied.relay.exit_policy = new.relay.exit_policy;
+        applied.relay.family = new.relay.family;
+        applied.relay.bandwidth = new.relay.bandwidth;
+        applied.relay.descriptor_validity = new.relay.descriptor_validity;
         applied.limits.link_cells = new.limits.link_cells;
         applied.limits.circuit_cells = new.limits.circuit_cells;
         applied.limits.circuit_creates = new.limits.circuit_creates;

@@ -359,12 +359,7 @@ impl UdpEngine {
         addr: SocketAddr,
         now: Timestamp,
     ) -> Result<(), Error> {
-        let identity = match &self.identity {
-            Some(identity) => identity.clone(),
-            None => Arc::new(IdentityKey::generate().map_err(|e| Error::Link {
-                reason: format!("cannot make a link identity: {e}"),
-            })?),
-        };
+        let identity = crate::link::dial_identity(self.identity.as_ref())?;
         let dial = Dial {
             peer,
             peer_key,

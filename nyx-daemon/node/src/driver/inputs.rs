@@ -53,12 +53,7 @@ impl Driver {
         match event {
             UdpEvent::Connected { peer, addr } => {
                 self.links.udp_dials.remove(&addr);
-                if let Some(tx) = &self.udp {
-                    let link = UdpLink::new(peer, addr, tx.clone());
-                    self.links.live.insert(peer, LinkRef::Udp(link));
-                }
-                self.peer_up(peer);
-                self.overlay.link_up(peer, now);
+                self.udp_link_up(peer, addr);
             }
             UdpEvent::Replaced { old, peer, addr } => {
                 if matches!(self.links.live.get(&old), Some(LinkRef::Udp(l)) if l.addr() == addr) {
@@ -66,12 +61,7 @@ impl Driver {
                     self.peer_down(old);
                     self.overlay.link_down(old, now);
                 }
-                if let Some(tx) = &self.udp {
-                    let link = UdpLink::new(peer, addr, tx.clone());
-                    self.links.live.insert(peer, LinkRef::Udp(link));
-                }
-                self.peer_up(peer);
-                self.overlay.link_up(peer, now);
+                self.udp_link_up(peer, addr);
             }
             UdpEvent::Cell { peer, data } => self.overlay.handle_cell(peer, &data, now),
             UdpEvent::Control { peer, data } => self.overlay.handle_control(peer, &data, now),
@@ -82,6 +72,17 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// A UDP link to `peer` at `addr` is up: the overlay may use it.
+    fn udp_link_up(&mut self, peer: NodeId, addr: std::net::SocketAddr) {
+        if let Some(tx) = &self.udp {
+            let link = UdpLink::new(peer, addr, tx.clone());
+            self.links.live.insert(peer, LinkRef::Udp(link));
+        }
+        self.peer_up(peer);
+        let now = self.now();
+        self.overlay.link_up(peer, now);
     }
 
     pub(super) fn link_event(&mut self, event: LinkEvent) {

@@ -27,7 +27,7 @@ pub use sections::{AuthoritySection, ControlConfig, LogConfig, LogFormat, Teleme
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DaemonConfig {
-    /// The node's socket (one address for now): where a relay listens for other nodes and
+    /// The node's socket (a list of one address): where a relay listens for other nodes and
     /// what its descriptor publishes; where a client's links start from. Port 0 picks a
     /// free port. Default: none given, which binds `127.0.0.1:0` for a relay and
     /// `0.0.0.0:0` for a client.
