@@ -74,7 +74,9 @@ fn run(
                             ba.push(now, dgram.to_vec())
                         }
                     }
-                    None => dst.engine.handle_datagram(src.addr, &dgram, now),
+                    None => {
+                        dst.engine.handle_datagram(src.addr, &dgram, now);
+                    }
                 }
             }
         }

@@ -53,6 +53,46 @@ fn serve_node0(testnet: &mut LocalTestnet) {
     });
 }
 
+/// A relay bound at `listen`, publishing `advertise` if given, and its identity.
+fn bind_relay(
+    transport: TransportKind,
+    listen: SocketAddr,
+    advertise: Option<SocketAddr>,
+) -> (
+    nyx_node::BoundNode,
+    std::sync::Arc<nyx_node::nyx_crypto::identity::IdentityKey>,
+) {
+    let keys = NodeKeys::generate(nyx_node::unix_now()).unwrap();
+    let identity = keys.identity.clone();
+    let settings = NodeSettings {
+        role: NodeRole::Relay,
+        transport,
+        listen,
+        advertise,
+        ..node_settings()
+    };
+    (nyx_node::BoundNode::bind(keys, settings).unwrap(), identity)
+}
+
+/// A running relay that tests others (as an authority does), and its descriptor.
+fn start_tester(
+    transport: TransportKind,
+    listen: SocketAddr,
+) -> (Node, nyx_node::nyx_overlay::directory::Descriptor) {
+    let (tester, id) = bind_relay(transport, listen, None);
+    let desc = tester
+        .descriptor_builder(
+            "tester",
+            100,
+            nyx_node::unix_now(),
+            Duration::from_secs(3600),
+        )
+        .unwrap()
+        .sign(&id)
+        .unwrap();
+    (tester.start(Directory::default()).unwrap(), desc)
+}
+
 async fn ask(mut stream: NyxStream, request: &[u8]) -> Vec<u8> {
     stream.write_all(request).await.unwrap();
     stream.shutdown().await.unwrap();
@@ -235,26 +275,11 @@ async fn an_impostor_that_connected_first_is_refused(transport: TransportKind, n
     .await
     .unwrap();
     let now = nyx_node::unix_now();
-    let bind = |host: u8| {
-        let keys = NodeKeys::generate(now).unwrap();
-        let identity = keys.identity.clone();
-        let settings = NodeSettings {
-            role: NodeRole::Relay,
-            transport,
-            listen: SocketAddr::from((Ipv4Addr::new(127, 0, net, host), 0)),
-            ..node_settings()
-        };
-        (nyx_node::BoundNode::bind(keys, settings).unwrap(), identity)
-    };
     let validity = Duration::from_secs(3600);
+    let at = |host: u8| SocketAddr::from((Ipv4Addr::new(127, 0, net, host), 0));
+    let bind = |host: u8| bind_relay(transport, at(host), None);
     // The tester, with a descriptor the impostor can reach it by.
-    let (tester, tester_id) = bind(60);
-    let tester_desc = tester
-        .descriptor_builder("tester", 100, now, validity)
-        .unwrap()
-        .sign(&tester_id)
-        .unwrap();
-    let tester = tester.start(Directory::default()).unwrap();
+    let (tester, tester_desc) = start_tester(transport, at(60));
     // The impostor runs at its own address but publishes node 0's.
     let (impostor, impostor_id) = bind(61);
     let mut claim = impostor
@@ -285,4 +310,46 @@ async fn an_impostor_that_connected_first_is_refused_over_quic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_impostor_that_connected_first_is_refused_over_udp() {
     an_impostor_that_connected_first_is_refused(TransportKind::Udp, 66).await;
+}
+
+/// A relay that listens on `0.0.0.0` and advertises one of its addresses reaches the tester
+/// first (its link comes from the address the kernel picks, not the advertised one): the
+/// tester still reaches it at the advertised address, over a new link, and lists it.
+async fn a_relay_that_connected_first_from_elsewhere_is_reached(transport: TransportKind, net: u8) {
+    let now = nyx_node::unix_now();
+    let validity = Duration::from_secs(3600);
+    let tester_at = SocketAddr::from((Ipv4Addr::new(127, 0, net, 60), 0));
+    let (tester, tester_desc) = start_tester(transport, tester_at);
+    // Bound to every address; its links to 127.0.net.60 leave from 127.0.0.1.
+    let advertised = SocketAddr::from((Ipv4Addr::new(127, 0, net, 61), 0));
+    let (relay, relay_id) = bind_relay(
+        transport,
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        Some(advertised),
+    );
+    let relay_desc = relay
+        .descriptor_builder("relay", 100, now, validity)
+        .unwrap()
+        .sign(&relay_id)
+        .unwrap();
+    assert_eq!(relay_desc.addr(transport).unwrap().ip(), advertised.ip());
+    let relay = relay.start(Directory::default()).unwrap();
+    let relay_handle = relay.handle();
+    let upload = relay_handle.directory_circuit(DirectoryPeer::Relay(Box::new(tester_desc)));
+    let first = timeout(LONG, upload).await.unwrap().unwrap();
+    let tester_handle = tester.handle();
+    let probe = tester_handle.directory_circuit(DirectoryPeer::Relay(Box::new(relay_desc)));
+    let circuit = timeout(LONG, probe).await.unwrap();
+    assert!(circuit.is_ok(), "{:?}", circuit.err());
+    drop(first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_connected_first_from_elsewhere_is_reached_over_quic() {
+    a_relay_that_connected_first_from_elsewhere_is_reached(TransportKind::Quic, 142).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_connected_first_from_elsewhere_is_reached_over_udp() {
+    a_relay_that_connected_first_from_elsewhere_is_reached(TransportKind::Udp, 143).await;
 }

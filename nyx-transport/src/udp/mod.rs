@@ -492,18 +492,22 @@ impl UdpEngine {
 
     /// Take one datagram from `from`. Nothing a stranger sends makes this panic or disturb
     /// a live link; refusals are counted.
-    pub fn handle_datagram(&mut self, from: SocketAddr, datagram: &[u8], now: Timestamp) {
+    ///
+    /// True if the datagram authenticated under a link's session: it proves that the peer
+    /// sends from `from` to the local address it arrived at.
+    pub fn handle_datagram(&mut self, from: SocketAddr, datagram: &[u8], now: Timestamp) -> bool {
         let Some((&kind, body)) = datagram.split_first() else {
             self.stats.dropped_malformed += 1;
-            return;
+            return false;
         };
         match kind {
             T_HELLO if body.len() == COOKIE_LEN + HELLO_LEN => self.on_hello(from, body, now),
             T_COOKIE if body.len() == COOKIE_LEN => self.on_cookie(from, body, now),
             T_WELCOME if body.len() == WELCOME_LEN => self.on_welcome(from, body, now),
-            T_DATA => self.on_data(from, body, now),
+            T_DATA => return self.on_data(from, body, now),
             _ => self.stats.dropped_malformed += 1,
         }
+        false
     }
 
     /// Follow unanswered HELLOs with fresh ones, resend unacknowledged control messages, give
@@ -809,20 +813,20 @@ impl UdpEngine {
         let _ = self.send_empty(from, now);
     }
 
-    fn on_data(&mut self, from: SocketAddr, body: &[u8], now: Timestamp) {
+    fn on_data(&mut self, from: SocketAddr, body: &[u8], now: Timestamp) -> bool {
         let Some(link) = self.links.get_mut(&from) else {
             self.stats.dropped_malformed += 1;
-            return;
+            return false;
         };
         // One copy, from the socket's reused receive buffer into a pooled buffer the cell
         // is decrypted in and delivered from.
         if body.len() > self.pool.buffer_size() {
             self.stats.dropped_malformed += 1;
-            return;
+            return false;
         }
         let Ok(mut buf) = self.pool.acquire() else {
             self.stats.dropped_no_buffer += 1;
-            return;
+            return false;
         };
         buf.truncate(body.len());
         buf.copy_from_slice(body);
@@ -841,7 +845,7 @@ impl UdpEngine {
                 let Some((i, range)) = opened else {
                     self.stats.dropped_auth += 1;
                     link.stats.dropped_auth += 1;
-                    return;
+                    return false;
                 };
                 // The newest completed handshake wins: it becomes the link's session, the
                 // older ones go (the initiator finishes one handshake per dial, so they
@@ -850,7 +854,7 @@ impl UdpEngine {
                 // secrets, can make a DATA authenticate, so a replayed HELLO never gets here.
                 link.pending.drain(..i);
                 let Some(promoted) = link.pending.pop_front() else {
-                    return;
+                    return false;
                 };
                 if link.confirmed && promoted.peer != link.peer {
                     self.events.push_back(UdpEvent::Replaced {
@@ -881,7 +885,7 @@ impl UdpEngine {
                 .push_back(UdpEvent::Connected { peer, addr: from });
         }
         if range.is_empty() {
-            return; // a confirmation
+            return true; // a confirmation
         }
         let kind = buf[range.start];
         let body = range.start + 1..range.end;
@@ -936,6 +940,7 @@ impl UdpEngine {
             }
             _ => self.stats.dropped_malformed += 1,
         }
+        true
     }
 
     /// Queue a handshake message assembled from `parts` in a pooled buffer.

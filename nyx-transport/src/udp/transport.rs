@@ -103,8 +103,11 @@ pub struct UdpTransport {
 /// sent to, not whichever the kernel would pick (a peer matches replies by address): the
 /// destination of each received datagram is kept per peer and used as the source of what
 /// is sent to it. A peer with a link or a dial keeps the address it has (a datagram forged
-/// with its source cannot move it); entries of peers the engine does not know are dropped
-/// when the table is full, and none is added while it stays full.
+/// with its source cannot move it) until a datagram authenticated under its session arrives
+/// at another local address (the peer now sends there: it dialled this node at another of
+/// its addresses). Handshake answers (WELCOME, COOKIE) leave from where the peer's latest
+/// HELLO arrived. Entries of peers the engine does not know are dropped when the table is
+/// full, and none is added while it stays full.
 #[derive(Debug)]
 struct Addressing {
     /// The socket is IPv6 (dual-stack unless the system says otherwise).
@@ -113,7 +116,9 @@ struct Addressing {
     unspecified: bool,
     /// The local address each peer last sent to (unspecified sockets only).
     reply_from: HashMap<SocketAddr, IpAddr>,
-    /// Entries kept at most before the table is emptied (it refills as datagrams arrive).
+    /// The local address each peer's latest HELLO arrived at (unspecified sockets only).
+    hello_to: HashMap<SocketAddr, IpAddr>,
+    /// Entries kept at most in each table before it makes room.
     max_entries: usize,
 }
 
@@ -123,6 +128,7 @@ impl Addressing {
             v6: local.is_ipv6(),
             unspecified: local.ip().is_unspecified(),
             reply_from: HashMap::new(),
+            hello_to: HashMap::new(),
             max_entries: max_peers.saturating_mul(2).max(64),
         }
     }
@@ -133,12 +139,21 @@ impl Addressing {
         &mut self,
         from: SocketAddr,
         to_local: Option<IpAddr>,
+        datagram: &[u8],
         known: impl Fn(SocketAddr) -> bool,
     ) -> SocketAddr {
         let from = SocketAddr::new(from.ip().to_canonical(), from.port());
         let (true, Some(local)) = (self.unspecified, to_local) else {
             return from;
         };
+        let local = local.to_canonical();
+        if datagram.first() == Some(&super::T_HELLO) {
+            if self.hello_to.len() >= self.max_entries && !self.hello_to.contains_key(&from) {
+                // Answers to handshakes in flight fall back to the peers' other entries.
+                self.hello_to.clear();
+            }
+            self.hello_to.insert(from, local);
+        }
         if self.reply_from.contains_key(&from) && known(from) {
             return from;
         }
@@ -148,24 +163,36 @@ impl Addressing {
                 return from;
             }
         }
-        self.reply_from.insert(from, local.to_canonical());
+        self.reply_from.insert(from, local);
         from
     }
 
-    /// The socket destination and the source address for a datagram to `to`.
-    fn sending(&self, to: SocketAddr) -> (SocketAddr, Option<IpAddr>) {
+    /// A datagram from `from` (as the engine knows it) that arrived at `to_local`
+    /// authenticated under the peer's session: replies leave from there now.
+    fn authenticated(&mut self, from: SocketAddr, to_local: Option<IpAddr>) {
+        if let (true, Some(local)) = (self.unspecified, to_local)
+            && let Some(entry) = self.reply_from.get_mut(&from)
+        {
+            *entry = local.to_canonical();
+        }
+    }
+
+    /// The socket destination and the source address for `datagram` to `to`.
+    fn sending(&self, to: SocketAddr, datagram: &[u8]) -> (SocketAddr, Option<IpAddr>) {
         let destination = match (self.v6, to.ip()) {
             (true, IpAddr::V4(v4)) => SocketAddr::new(IpAddr::V6(v4.to_ipv6_mapped()), to.port()),
             _ => to,
         };
-        (destination, self.reply_from.get(&to).copied())
+        let handshake = matches!(datagram.first(), Some(&super::T_WELCOME | &super::T_COOKIE));
+        let hello_to = self.hello_to.get(&to).filter(|_| handshake);
+        (destination, hello_to.or(self.reply_from.get(&to)).copied())
     }
 }
 
 /// The fault shim on the receive path and the counters it publishes.
 #[derive(Debug)]
 struct ReceiveFaults {
-    shim: FaultShim<(SocketAddr, Vec<u8>)>,
+    shim: FaultShim<(SocketAddr, Option<IpAddr>, Vec<u8>)>,
     counters: FaultCounters,
 }
 
@@ -334,14 +361,18 @@ impl UdpTransport {
         };
         for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
             let stride = m.stride.max(1);
-            let engine = &self.engine;
-            let from = self
-                .addressing
-                .received(m.addr, m.dst_ip, |a| engine.knows(a));
             for datagram in slice[..m.len].chunks(stride) {
+                let engine = &self.engine;
+                let from = self
+                    .addressing
+                    .received(m.addr, m.dst_ip, datagram, |a| engine.knows(a));
                 match &mut self.faults {
-                    None => self.engine.handle_datagram(from, datagram, now),
-                    Some(faults) => faults.shim.push(now, (from, datagram.to_vec())),
+                    None => {
+                        if self.engine.handle_datagram(from, datagram, now) {
+                            self.addressing.authenticated(from, m.dst_ip);
+                        }
+                    }
+                    Some(faults) => faults.shim.push(now, (from, m.dst_ip, datagram.to_vec())),
                 }
             }
         }
@@ -356,8 +387,10 @@ impl UdpTransport {
         let Some(faults) = &mut self.faults else {
             return;
         };
-        while let Some((from, datagram)) = faults.shim.pop_due(now) {
-            self.engine.handle_datagram(from, &datagram, now);
+        while let Some((from, local, datagram)) = faults.shim.pop_due(now) {
+            if self.engine.handle_datagram(from, &datagram, now) {
+                self.addressing.authenticated(from, local);
+            }
         }
     }
 
@@ -407,7 +440,7 @@ impl UdpTransport {
         if let Some((from, tap)) = &self.tap {
             tap.record(*from, to, contents, segment_size);
         }
-        let (destination, src_ip) = self.addressing.sending(to);
+        let (destination, src_ip) = self.addressing.sending(to, contents);
         let transmit = Transmit {
             destination,
             ecn: None,
@@ -453,6 +486,11 @@ fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> Error {
 mod tests {
     use super::*;
 
+    const DATA: &[u8] = &[super::super::T_DATA];
+    const HELLO: &[u8] = &[super::super::T_HELLO];
+    const WELCOME: &[u8] = &[super::super::T_WELCOME];
+    const COOKIE: &[u8] = &[super::super::T_COOKIE];
+
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
     }
@@ -461,28 +499,40 @@ mod tests {
     fn replies_leave_from_where_a_peer_sent_and_forgeries_cannot_move_a_known_peer() {
         let mut a = Addressing::new(addr("[::]:9000"), 2);
         let peer = addr("[::ffff:198.51.100.7]:4000");
-        let seen = a.received(peer, Some("::ffff:203.0.113.1".parse().unwrap()), |_| false);
+        let seen = a.received(
+            peer,
+            Some("::ffff:203.0.113.1".parse().unwrap()),
+            DATA,
+            |_| false,
+        );
         assert_eq!(
             seen,
             addr("198.51.100.7:4000"),
             "the engine sees plain IPv4"
         );
         assert_eq!(
-            a.sending(seen),
+            a.sending(seen, DATA),
             (peer, Some("203.0.113.1".parse().unwrap())),
             "to the mapped address, from where it sent"
         );
         // Once the peer has a link, a datagram forged with its source to another local
         // address does not move it; an unknown peer's entry follows its latest datagram.
-        a.received(peer, Some("203.0.113.2".parse().unwrap()), |_| true);
-        assert_eq!(a.sending(seen).1, Some("203.0.113.1".parse().unwrap()));
-        a.received(peer, Some("203.0.113.2".parse().unwrap()), |_| false);
-        assert_eq!(a.sending(seen).1, Some("203.0.113.2".parse().unwrap()));
+        a.received(peer, Some("203.0.113.2".parse().unwrap()), DATA, |_| true);
+        assert_eq!(
+            a.sending(seen, DATA).1,
+            Some("203.0.113.1".parse().unwrap())
+        );
+        a.received(peer, Some("203.0.113.2".parse().unwrap()), DATA, |_| false);
+        assert_eq!(
+            a.sending(seen, DATA).1,
+            Some("203.0.113.2".parse().unwrap())
+        );
         // Bounded: full of unknown peers, they make room; full of known ones, none is added.
         for port in 1..200 {
             a.received(
                 addr(&format!("192.0.2.1:{port}")),
                 Some("203.0.113.1".parse().unwrap()),
+                DATA,
                 |_| false,
             );
             assert!(a.reply_from.len() <= a.max_entries);
@@ -492,13 +542,39 @@ mod tests {
             full.received(
                 addr(&format!("192.0.2.1:{port}")),
                 Some("203.0.113.1".parse().unwrap()),
+                DATA,
                 |_| true,
             );
         }
         assert_eq!(full.reply_from.len(), full.max_entries);
         // A socket bound to one address leaves the choice to the kernel.
         let mut bound = Addressing::new(addr("203.0.113.1:9000"), 8);
-        bound.received(peer, Some("203.0.113.1".parse().unwrap()), |_| false);
+        bound.received(peer, Some("203.0.113.1".parse().unwrap()), DATA, |_| false);
         assert!(bound.reply_from.is_empty());
+    }
+
+    /// A known peer that dials this node at another of its addresses: the handshake is
+    /// answered from that address at once, and everything else once a datagram of the new
+    /// session authenticates there.
+    #[test]
+    fn a_known_peer_moves_to_another_local_address_only_by_an_authenticated_datagram() {
+        let first: IpAddr = "127.0.0.1".parse().unwrap();
+        let second: IpAddr = "127.0.9.61".parse().unwrap();
+        let mut a = Addressing::new(addr("0.0.0.0:9000"), 8);
+        let peer = addr("127.0.9.60:4000");
+        a.received(peer, Some(first), DATA, |_| false);
+        a.received(peer, Some(second), HELLO, |_| true);
+        assert_eq!(a.sending(peer, WELCOME).1, Some(second));
+        assert_eq!(a.sending(peer, COOKIE).1, Some(second));
+        assert_eq!(
+            a.sending(peer, DATA).1,
+            Some(first),
+            "a HELLO proves nothing"
+        );
+        a.authenticated(peer, Some(second));
+        assert_eq!(a.sending(peer, DATA).1, Some(second));
+        // An unknown address gets no entry from an authenticated datagram (none can be).
+        a.authenticated(addr("127.0.9.70:1"), Some(first));
+        assert_eq!(a.reply_from.len(), 1);
     }
 }

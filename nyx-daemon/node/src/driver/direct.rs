@@ -6,8 +6,11 @@
 //! A circuit to a relay named by its descriptor counts only if the relay is at the address
 //! the descriptor advertises: while such a build waits, a dial to the relay goes to that
 //! address (not the one the directory may hold), and once built, the link it runs over must
-//! come from that address. Otherwise the circuit is closed and the build fails: a relay
-//! that reached this node from elsewhere (another address, a NAT) has not shown that it
+//! come from that address. A relay that already has a link to this node from elsewhere
+//! (it dialled first, from another local address or through a NAT) is dialled at its
+//! advertised address first, and the build starts once that link is up: the new link
+//! replaces the old one for the peer on both ends. If that dial fails, or the circuit ends
+//! up over a link from another address, the build fails: the relay has not shown that it
 //! answers at the address it publishes.
 
 use std::collections::HashMap;
@@ -42,10 +45,20 @@ struct Pending {
     advertised: Option<SocketAddr>,
 }
 
+/// A directory circuit that waits for a link to its relay's advertised address.
+#[derive(Debug)]
+struct Probe {
+    reply: oneshot::Sender<Result<Circuit, Error>>,
+    hop: HopSpec,
+    advertised: SocketAddr,
+}
+
 /// Directory circuits being built, and addresses learnt from the owner.
 #[derive(Debug, Default)]
 pub(super) struct Direct {
     builds: HashMap<CircuitHandle, Pending>,
+    /// Builds waiting for a dial to the relay's advertised address, by relay.
+    probes: HashMap<NodeId, Vec<Probe>>,
     /// Directory circuits built and not yet ended.
     built: std::collections::HashSet<CircuitHandle>,
     known: HashMap<NodeId, KnownPeer>,
@@ -65,17 +78,13 @@ impl Direct {
 
     /// Whether a directory circuit to `peer` is being built.
     pub(super) fn building(&self, peer: &NodeId) -> bool {
-        self.builds.values().any(|p| p.relay == *peer)
+        self.probes.contains_key(peer) || self.builds.values().any(|p| p.relay == *peer)
     }
 
     fn remember(&mut self, node: NodeId, peer: KnownPeer) {
         if self.known.len() >= MAX_KNOWN && !self.known.contains_key(&node) {
             // Keep the addresses builds in flight still need.
-            let spare = self
-                .known
-                .keys()
-                .find(|k| !self.builds.values().any(|p| p.relay == **k))
-                .copied();
+            let spare = self.known.keys().find(|k| !self.building(k)).copied();
             if let Some(old) = spare {
                 self.known.remove(&old);
             }
@@ -107,6 +116,14 @@ impl Driver {
                             node: relay,
                             onion_key,
                         };
+                        let elsewhere = self
+                            .links
+                            .live
+                            .get(&relay)
+                            .is_some_and(|l| l.remote_addr() != addr);
+                        if elsewhere {
+                            return self.probe(relay, addr, hop, reply);
+                        }
                         self.overlay.build(vec![hop], now)
                     }
                     (None, _) => Err(bad_peer("it has no address for this node's transport")),
@@ -135,6 +152,71 @@ impl Driver {
                 let _ = reply.send(Err(e.into()));
             }
         }
+    }
+
+    /// Dial `relay` at `advertised` (a link to it from elsewhere is up); the build waits.
+    fn probe(
+        &mut self,
+        relay: NodeId,
+        advertised: SocketAddr,
+        hop: HopSpec,
+        reply: oneshot::Sender<Result<Circuit, Error>>,
+    ) {
+        let probe = Probe {
+            reply,
+            hop,
+            advertised,
+        };
+        let waiting = self.direct.probes.entry(relay).or_default();
+        waiting.push(probe);
+        if waiting.len() == 1 && !self.dial_addr(relay) {
+            self.probe_failed(relay);
+        }
+    }
+
+    /// A link to `peer` came up: builds waiting for one at its advertised address start.
+    pub(super) fn probe_link_up(&mut self, peer: NodeId) {
+        let Some(from) = self.links.live.get(&peer).map(|l| l.remote_addr()) else {
+            return;
+        };
+        let Some(waiting) = self.direct.probes.remove(&peer) else {
+            return;
+        };
+        let (ready, still): (Vec<_>, Vec<_>) =
+            waiting.into_iter().partition(|p| p.advertised == from);
+        if !still.is_empty() {
+            // A link from elsewhere (the relay dialled again): the dial is still under way.
+            self.direct.probes.insert(peer, still);
+        }
+        let now = self.now();
+        for probe in ready {
+            match self.overlay.build(vec![probe.hop], now) {
+                Ok(circuit) => {
+                    let pending = Pending {
+                        reply: probe.reply,
+                        relay: peer,
+                        advertised: Some(probe.advertised),
+                    };
+                    self.direct.builds.insert(circuit, pending);
+                }
+                Err(e) => {
+                    let _ = probe.reply.send(Err(e.into()));
+                }
+            }
+        }
+    }
+
+    /// The dial to `peer`'s advertised address failed: builds waiting for it fail. False
+    /// if none waited.
+    pub(super) fn probe_failed(&mut self, peer: NodeId) -> bool {
+        let Some(waiting) = self.direct.probes.remove(&peer) else {
+            return false;
+        };
+        for probe in waiting {
+            let error = bad_peer("it does not answer at the address it advertises");
+            let _ = probe.reply.send(Err(error.into()));
+        }
+        true
     }
 
     /// A directory circuit was built: hand it to its requester. False if `circuit` is not

@@ -68,7 +68,7 @@ impl Driver {
             UdpEvent::Failed { addr, reason } => {
                 tracing::debug!(%reason, "UDP dial failed");
                 if let Some(peer) = self.links.udp_dials.remove(&addr) {
-                    self.overlay.connect_failed(peer, now);
+                    self.dial_failed(peer);
                 }
             }
         }
@@ -83,6 +83,17 @@ impl Driver {
         self.peer_up(peer);
         let now = self.now();
         self.overlay.link_up(peer, now);
+        self.probe_link_up(peer);
+    }
+
+    /// A dial to `peer` failed. A dial to a relay's advertised address while another link
+    /// to it is up concerns only the directory circuits waiting for it.
+    fn dial_failed(&mut self, peer: NodeId) {
+        if self.probe_failed(peer) && self.links.live.contains_key(&peer) {
+            return;
+        }
+        let now = self.now();
+        self.overlay.connect_failed(peer, now);
     }
 
     pub(super) fn link_event(&mut self, event: LinkEvent) {
@@ -99,6 +110,7 @@ impl Driver {
                 self.links.live.insert(peer, LinkRef::Quic(link));
                 self.peer_up(peer);
                 self.overlay.link_up(peer, now);
+                self.probe_link_up(peer);
             }
             LinkEvent::QuicClosed(link) => {
                 let peer = link.peer();
@@ -109,7 +121,7 @@ impl Driver {
                     self.overlay.link_down(peer, now);
                 }
             }
-            LinkEvent::DialFailed(peer) => self.overlay.connect_failed(peer, now),
+            LinkEvent::DialFailed(peer) => self.dial_failed(peer),
         }
     }
 

@@ -43,8 +43,17 @@ impl Driver {
         }
     }
 
+    /// Dial `peer` for the overlay; a dial that cannot start fails the circuits waiting.
     pub(super) fn dial(&mut self, peer: NodeId) {
-        let now = self.now();
+        if !self.dial_addr(peer) {
+            let now = self.now();
+            self.overlay.connect_failed(peer, now);
+        }
+    }
+
+    /// Start a dial to `peer` at the address its owner named (while a directory circuit to
+    /// it waits) or the directory lists; false if it could not start.
+    pub(super) fn dial_addr(&mut self, peer: NodeId) -> bool {
         let transport = self.settings.transport;
         let named = || {
             self.direct
@@ -65,7 +74,7 @@ impl Driver {
         };
         let Some((addr, link_key)) = known else {
             tracing::debug!("asked to reach a relay with no known address");
-            return self.overlay.connect_failed(peer, now);
+            return false;
         };
         if let Some(endpoint) = &self.quic {
             let task = spawn_quic_dial(endpoint.clone(), peer, addr, self.link_events_tx.clone());
@@ -78,9 +87,10 @@ impl Driver {
                 .is_err()
             {
                 self.links.udp_dials.remove(&addr);
-                self.overlay.connect_failed(peer, now);
+                return false;
             }
         }
+        true
     }
 
     pub(super) fn event(&mut self, event: Event) {
