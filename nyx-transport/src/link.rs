@@ -87,6 +87,16 @@ impl UdpLink {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// Close the link (the peer is told); false if the driver's queue is full or gone, in
+    /// which case the link ends by its idle timeout.
+    pub fn close(&self) -> bool {
+        let close = UdpCommand::Close {
+            peer: self.peer,
+            addr: self.addr,
+        };
+        self.commands.try_send(close).is_ok()
+    }
 }
 
 impl CellLink for UdpLink {

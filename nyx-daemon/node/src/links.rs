@@ -58,8 +58,11 @@ impl LinkRef {
     }
 
     pub(super) fn close(&self) {
-        if let LinkRef::Quic(l) = self {
-            l.close("overlay: link dead");
+        match self {
+            LinkRef::Quic(l) => l.close("overlay: link dead"),
+            LinkRef::Udp(l) => {
+                l.close();
+            }
         }
     }
 }

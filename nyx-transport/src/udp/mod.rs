@@ -44,6 +44,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
+mod table;
 mod transport;
 
 pub use transport::{UdpCommand, UdpSnapshot, UdpTransport};
@@ -69,6 +70,8 @@ const MAX_PENDING: usize = 4;
 const KIND_CELL: u8 = 0;
 const KIND_CONTROL: u8 = 1;
 const KIND_CONTROL_ACK: u8 = 2;
+/// The sender closed the link (empty body).
+const KIND_CLOSE: u8 = 3;
 /// Control messages sent and not yet acknowledged, per link, at most.
 pub const MAX_CONTROL_IN_FLIGHT: usize = 64;
 /// Control retransmission timeout: three round trips, at least this.
@@ -88,8 +91,12 @@ pub struct UdpConfig {
     pub handshake_attempts: u32,
     /// Rekeying of the sessions.
     pub rekey: RekeyPolicy,
-    /// Most peers with sessions or dials. Default 4096.
+    /// Most peers with sessions or dials. Default 4096. A full table makes room for a
+    /// newcomer by evicting the oldest unconfirmed or the quietest link (see `table.rs`).
     pub max_peers: usize,
+    /// A link that heard nothing authenticated for this long is closed. Default 3 minutes
+    /// (the overlay pings links that carry circuits every few seconds).
+    pub idle_timeout: Duration,
     /// Longest cell carried. Default 1400 bytes (a 1152-byte onion cell plus link framing,
     /// with room). Datagram buffers come from a pool sized for it.
     pub max_cell_len: usize,
@@ -106,6 +113,7 @@ impl Default for UdpConfig {
             handshake_attempts: 5,
             rekey: RekeyPolicy::default(),
             max_peers: 4096,
+            idle_timeout: Duration::from_secs(180),
             max_cell_len: 1400,
             pool_bytes: 64 << 20,
         }
@@ -147,6 +155,14 @@ pub enum UdpEvent {
         /// The message.
         data: Vec<u8>,
     },
+    /// A link is gone: idle for `idle_timeout`, closed by the peer, or evicted to make
+    /// room (never reported for a link this node closed with [`UdpEngine::close`]).
+    Closed {
+        /// Its peer.
+        peer: NodeId,
+        /// Its address.
+        addr: SocketAddr,
+    },
     /// A dial failed.
     Failed {
         /// The address dialled.
@@ -181,6 +197,14 @@ pub struct UdpStats {
     pub dropped_no_buffer: u64,
     /// HELLOs dropped unread because this engine is a client's, which accepts no links.
     pub hellos_refused: u64,
+    /// Responder links dropped because no DATA confirmed them in time.
+    pub links_unconfirmed_expired: u64,
+    /// Links closed after `idle_timeout` without an authenticated datagram.
+    pub links_idle_closed: u64,
+    /// Links evicted to make room for a newcomer in a full table.
+    pub links_evicted: u64,
+    /// Links closed by this node or by the peer.
+    pub links_closed: u64,
 }
 
 /// Counters of one UDP link (plain data for metrics).
@@ -209,6 +233,8 @@ struct Link {
     handshake_sent: Timestamp,
     /// Responder side: up only once the initiator's first DATA authenticated.
     confirmed: bool,
+    /// When a datagram last authenticated under the link's session (or it was made).
+    last_heard: Timestamp,
     /// Sessions of later HELLOs from this address (oldest first, at most [`MAX_PENDING`]),
     /// each waiting for a DATA that authenticates under it. Such a DATA promotes it to the
     /// link's session and discards the older ones (see `UdpEngine::on_data`); nothing else
@@ -280,6 +306,8 @@ pub struct UdpEngine {
     /// No control message is due for resending before this (a lower bound, so the driver
     /// does not scan every link on every wake-up; `None`: nothing is unacknowledged).
     control_due: Option<Timestamp>,
+    /// When the table is next swept for expired links.
+    sweep_due: Timestamp,
     pool: BufferPool,
     out: VecDeque<(SocketAddr, PooledBuf)>,
     events: VecDeque<UdpEvent>,
@@ -341,6 +369,7 @@ impl UdpEngine {
             links: HashMap::new(),
             dials: HashMap::new(),
             control_due: None,
+            sweep_due: now.saturating_add(table::SWEEP_INTERVAL),
             pool,
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -526,6 +555,9 @@ impl UdpEngine {
     /// exception to the replay rule, and nothing binds to a HELLO: the cookie is an HMAC of
     /// the source address only, so it carries over to the next HELLO.)
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        if now >= self.sweep_due {
+            self.sweep(now);
+        }
         let mut resend = Vec::new();
         if self.control_due.is_some_and(|due| now >= due) {
             // Scan the links only when something may be due, and recompute the bound.
@@ -583,6 +615,10 @@ impl UdpEngine {
         // Unacknowledged control messages too: without this their resends waited for the
         // next HELLO resend or cookie rotation (up to two minutes) in the driver.
         let first = self.control_due.map_or(rotate, |due| due.min(rotate));
+        let first = match self.links.is_empty() {
+            true => first,
+            false => first.min(self.sweep_due),
+        };
         Some(
             self.dials
                 .values()
@@ -678,7 +714,9 @@ impl UdpEngine {
             self.hello_second = (second, 0);
         }
         self.hello_second.1 = self.hello_second.1.saturating_add(1);
-        let loaded = self.hello_second.1 > self.config.cookie_threshold;
+        // Also while the table is three quarters full: spoofed sources then add nothing.
+        let crowded = self.links.len() + self.dials.len() >= self.config.max_peers / 4 * 3;
+        let loaded = self.hello_second.1 > self.config.cookie_threshold || crowded;
         if loaded && !self.cookie_valid(from, cookie) {
             let cookie = cookie_for(&self.cookie_key, from);
             self.queue(from, &[&[T_COOKIE], &cookie]);
@@ -690,9 +728,7 @@ impl UdpEngine {
             self.stats.rate_limited += 1;
             return;
         }
-        if self.links.len() + self.dials.len() >= self.config.max_peers
-            && !self.links.contains_key(&from)
-        {
+        if !self.links.contains_key(&from) && !self.make_room(now) {
             self.stats.handshakes_failed += 1;
             return;
         }
@@ -736,6 +772,7 @@ impl UdpEngine {
                                 stats: LinkStats::default(),
                                 handshake_sent: now,
                                 confirmed: false,
+                                last_heard: now,
                                 pending: VecDeque::new(),
                                 control: ControlState::default(),
                             },
@@ -802,6 +839,7 @@ impl UdpEngine {
                 stats,
                 handshake_sent: now,
                 confirmed: true,
+                last_heard: now,
                 pending: VecDeque::new(),
                 control: ControlState::default(),
             },
@@ -876,6 +914,7 @@ impl UdpEngine {
             }
         };
         let peer = link.peer;
+        link.last_heard = now;
         if !link.confirmed {
             link.confirmed = true;
             link.stats.rtt = Some(now.saturating_duration_since(link.handshake_sent));
@@ -938,6 +977,7 @@ impl UdpEngine {
                     c.unacked.pop_front();
                 }
             }
+            KIND_CLOSE if body.is_empty() => self.closed_by_peer(from, now),
             _ => self.stats.dropped_malformed += 1,
         }
         true

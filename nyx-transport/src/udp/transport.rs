@@ -61,6 +61,13 @@ pub enum UdpCommand {
         /// The message.
         msg: Vec<u8>,
     },
+    /// Close the link to `peer` at `addr` ([`UdpEngine::close`](super::UdpEngine::close)).
+    Close {
+        /// The peer.
+        peer: NodeId,
+        /// Its address.
+        addr: SocketAddr,
+    },
     /// Report the transport's and every link's counters.
     Stats(tokio::sync::oneshot::Sender<UdpSnapshot>),
     /// Answer HELLOs for these link keys from now on ([`UdpEngine::set_link_keys`]).
@@ -329,6 +336,10 @@ impl UdpTransport {
             // circuit timeouts handle that like any lost handshake.
             UdpCommand::Control { addr, msg } => {
                 let _ = self.engine.send_control(addr, &msg, now);
+                Ok(())
+            }
+            UdpCommand::Close { peer, addr } => {
+                self.engine.close(peer, addr, now);
                 Ok(())
             }
             UdpCommand::SetLinkKeys(keys) => {

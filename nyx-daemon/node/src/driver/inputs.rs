@@ -56,13 +56,10 @@ impl Driver {
                 self.udp_link_up(peer, addr);
             }
             UdpEvent::Replaced { old, peer, addr } => {
-                if matches!(self.links.live.get(&old), Some(LinkRef::Udp(l)) if l.addr() == addr) {
-                    self.links.live.remove(&old);
-                    self.peer_down(old);
-                    self.overlay.link_down(old, now);
-                }
+                self.udp_link_down(old, addr);
                 self.udp_link_up(peer, addr);
             }
+            UdpEvent::Closed { peer, addr } => self.udp_link_down(peer, addr),
             UdpEvent::Cell { peer, data } => self.overlay.handle_cell(peer, &data, now),
             UdpEvent::Control { peer, data } => self.overlay.handle_control(peer, &data, now),
             UdpEvent::Failed { addr, reason } => {
@@ -71,6 +68,16 @@ impl Driver {
                     self.dial_failed(peer);
                 }
             }
+        }
+    }
+
+    /// The UDP link to `peer` at `addr` is gone (if it is still the peer's live link).
+    fn udp_link_down(&mut self, peer: NodeId, addr: std::net::SocketAddr) {
+        if matches!(self.links.live.get(&peer), Some(LinkRef::Udp(l)) if l.addr() == addr) {
+            self.links.live.remove(&peer);
+            self.peer_down(peer);
+            let now = self.now();
+            self.overlay.link_down(peer, now);
         }
     }
 
