@@ -42,7 +42,7 @@ fn node(seed: u8) -> (Overlay, HopSpec) {
             identity.node_id(),
             ring,
             config,
-            u64::from(seed),
+            [seed; 32],
             Timestamp::ZERO,
         )
         .unwrap(),

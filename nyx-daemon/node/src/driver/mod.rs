@@ -98,8 +98,12 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     } = node;
     let me = identity.node_id();
     let relay = settings.role.is_relay();
+    // One seed for path choices, another for circuit ids: neighbours see the ids, and
+    // must learn nothing from them about the paths.
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(Error::Randomness)?;
+    let mut circ_id_seed = [0u8; 32];
+    getrandom::fill(&mut circ_id_seed).map_err(Error::Randomness)?;
     let clock = CoarseClock::new();
     let overlay = Overlay::new(
         me,
@@ -108,9 +112,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
             relay,
             ..settings.overlay.clone()
         },
-        u64::from_le_bytes([
-            seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], seed[6], seed[7],
-        ]),
+        circ_id_seed,
         clock.now(),
     )?;
     let (commands_tx, commands_rx) = mpsc::channel(COMMANDS);

@@ -13,7 +13,7 @@ fn node(seed: u8) -> (Overlay, HopSpec) {
     let mut ring = OnionKeyRing::new(RotationPolicy::default()).unwrap();
     ring.rotate(&identity, 1_800_000_000).unwrap();
     let spec = HopSpec { node: identity.node_id(), onion_key: ring.certs()[0].onion_key().clone() };
-    let o = Overlay::new(identity.node_id(), ring, OverlayConfig::default(), 7, Timestamp::ZERO).unwrap();
+    let o = Overlay::new(identity.node_id(), ring, OverlayConfig::default(), [7; 32], Timestamp::ZERO).unwrap();
     (o, spec)
 }
 
@@ -70,7 +70,8 @@ fuzz_target!(|data: &[u8]| {
         while relay.poll_output().is_some() {}
         while relay.poll_event().is_some() {}
     }
-    // A fuzzer-made DESTROY may have closed the circuit legitimately; otherwise it works.
+    // A fuzzer-made DESTROY, or a cell on the circuit that failed authentication (tampering),
+    // may have closed the circuit legitimately; otherwise it works.
     if relay.relay_circuits() == 1 {
         client.send(c, b"still alive").unwrap();
         if let Some(Output::Cell { cell, .. }) = client.poll_output() {

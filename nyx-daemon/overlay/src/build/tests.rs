@@ -47,14 +47,21 @@ fn sim(relays: usize, max_attempts: usize) -> Sim {
         .enumerate()
         .map(|(i, n)| {
             let id = n.identity.node_id();
-            Overlay::new(id, n.onion_keys, config(), i as u64 + 2, Timestamp::ZERO).unwrap()
+            Overlay::new(
+                id,
+                n.onion_keys,
+                config(),
+                [i as u8 + 2; 32],
+                Timestamp::ZERO,
+            )
+            .unwrap()
         })
         .collect();
     let identity = IdentityKey::from_seed(&[0xc1; 32]);
     let mut ring = OnionKeyRing::new(RotationPolicy::default()).unwrap();
     ring.rotate(&identity, UNIX_NOW).unwrap();
     let me = identity.node_id();
-    let client = Overlay::new(me, ring, config(), 1, Timestamp::ZERO).unwrap();
+    let client = Overlay::new(me, ring, config(), [1; 32], Timestamp::ZERO).unwrap();
     let selector = PathSelector::new(me, TransportKind::Quic, PathConfig::default());
     Sim {
         client,

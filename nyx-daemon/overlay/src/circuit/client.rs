@@ -279,7 +279,8 @@ impl Overlay {
         }
     }
 
-    /// A cell from the entry: remove the layers, find the hop that sent it, act on it.
+    /// A cell from the entry: remove the layers, find the hop that sent it, act on it. One no
+    /// hop authenticates destroys the circuit ([`DestroyReason::Tampered`]).
     pub(super) fn client_backward(&mut self, id: u64, frame: &[u8], now: Timestamp) {
         let Some(c) = self.clients.get_mut(&id) else {
             return;
@@ -287,7 +288,13 @@ impl Overlay {
         let mut buf = self.shared.arena.copy_of(frame);
         let delivered = match c.onion.unwrap(&mut buf[CIRC_ID_LEN..]) {
             Ok(d) => d,
-            Err(e) => return self.shared.count_refused(&e),
+            Err(e) => {
+                if self.shared.count_refused(&e) {
+                    // Which relay modified it is unknown: blame none.
+                    self.client_lost(id, DestroyReason::Tampered, None, true, now);
+                }
+                return;
+            }
         };
         let range = delivered.payload.start + CIRC_ID_LEN..delivered.payload.end + CIRC_ID_LEN;
         let Ok((command, body)) = wire::read_relay(&buf[range.clone()]) else {

@@ -27,6 +27,8 @@ use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::hop::ReplayCache;
 use nyx_crypto::kem::HybridPublicKey;
 use nyx_crypto::onion_keys::OnionKeyRing;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::Error;
 pub use arena::CellArena;
@@ -257,6 +259,10 @@ pub struct OverlayStats {
     pub dropped_unknown_circuit: u64,
     /// Cells that failed authentication (modified, or not for this hop).
     pub dropped_unauthenticated: u64,
+    /// Circuits destroyed because a cell failed its onion-layer authentication (relays:
+    /// forward cells; owners: backward cells). Each such cell is also counted in
+    /// `dropped_unauthenticated`.
+    pub circuits_tampered: u64,
     /// Cells refused as replays (repeated or too old).
     pub dropped_replayed: u64,
     /// Cells over a peer's rate limit.
@@ -331,7 +337,9 @@ pub struct Overlay {
     clients: HashMap<u64, ClientCirc>,
     shared: Shared,
     next_id: u64,
-    rng: u64,
+    /// Draws circuit ids: a CSPRNG (ChaCha12), so that a neighbour who sees some ids cannot
+    /// predict the next ones.
+    circ_ids: StdRng,
     link_limiter: KeyedLimiter<NodeId>,
     create_limiter: KeyedLimiter<NodeId>,
     next_tick: Timestamp,
@@ -339,13 +347,15 @@ pub struct Overlay {
 
 impl Overlay {
     /// The overlay of node `me`, answering CREATEs with `onion_keys` (rotated by the caller
-    /// through [`onion_keys_mut`](Self::onion_keys_mut)). `seed` seeds the choice of circuit
-    /// ids (they are encrypted on every link, so they need to be unique, not secret).
+    /// through [`onion_keys_mut`](Self::onion_keys_mut)). `seed` seeds the cryptographic RNG
+    /// that draws circuit ids: give it 32 bytes from the operating system, used for nothing
+    /// else (tests give a fixed one for reproducible runs). Ids travel inside the link's
+    /// encryption, but every neighbour sees the ids this node picks on their link.
     pub fn new(
         me: NodeId,
         onion_keys: OnionKeyRing,
         config: OverlayConfig,
-        seed: u64,
+        seed: [u8; 32],
         now: Timestamp,
     ) -> Result<Self, Error> {
         let limiter = |quota| {
@@ -372,7 +382,7 @@ impl Overlay {
                 circuit_queue_cells: config.circuit_queue_cells,
             },
             next_id: 1,
-            rng: seed | 1,
+            circ_ids: StdRng::from_seed(seed),
             next_tick: now + config.timer_granularity,
             config,
         })
@@ -544,22 +554,18 @@ impl Overlay {
         id
     }
 
-    /// A fresh circuit id on the link to `peer`: ids a node picks have the top bit set iff
-    /// its NodeId is the larger, so the two ends never pick the same one.
+    /// A fresh circuit id on the link to `peer`, drawn at random and not in use on that
+    /// link: ids a node picks have the top bit set iff its NodeId is the larger, so the two
+    /// ends never pick the same one.
     fn alloc_circ_id(&mut self, peer: NodeId) -> u32 {
         let high = if self.me > peer { 0x8000_0000 } else { 0 };
         loop {
-            // SplitMix64.
-            self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.rng;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
+            let z = self.circ_ids.next_u32();
             // A client-only node draws the top bit too: tied to its lasting id, the half
             // would be one constant bit about it across its one-link identities.
             let id = match self.config.relay {
-                true => (z as u32 & 0x7fff_ffff) | high,
-                false => z as u32,
+                true => (z & 0x7fff_ffff) | high,
+                false => z,
             };
             if id != 0 && !self.shared.slots.contains_key(&(peer, id)) {
                 return id;

@@ -166,7 +166,8 @@ impl Overlay {
         self.shared.stats.creates_answered += 1;
     }
 
-    /// A cell from the previous hop: peel our layer, then forward or deliver.
+    /// A cell from the previous hop: peel our layer, then forward or deliver. One that fails
+    /// authentication destroys the circuit both ways ([`DestroyReason::Tampered`]).
     pub(super) fn relay_forward(&mut self, id: u64, frame: &[u8], now: Timestamp) {
         let Some(c) = self.relays.get_mut(&id) else {
             return;
@@ -177,7 +178,11 @@ impl Overlay {
         }
         let mut buf = self.shared.arena.copy_of(frame);
         match c.hop.peel(&mut buf[CIRC_ID_LEN..]) {
-            Err(e) => self.shared.count_refused(&e),
+            Err(e) => {
+                if self.shared.count_refused(&e) {
+                    self.relay_destroy(id, DestroyReason::Tampered, now);
+                }
+            }
             Ok(Peeled::Forward) => {
                 c.last_active = now;
                 if let NextHop::Open { peer, circ } = c.next {
@@ -448,13 +453,32 @@ impl Overlay {
 }
 
 impl super::Shared {
-    /// Count a cell the onion layer refused.
-    pub(super) fn count_refused(&mut self, e: &nyx_crypto::Error) {
+    /// Count a cell the onion layer refused, and say whether its circuit must be destroyed:
+    /// a cell that fails authentication was modified by someone on the path (the link layer
+    /// refuses corruption and replays between neighbours), and letting the circuit live
+    /// would leave a drop pattern a colluding relay downstream could read. A replayed or too
+    /// old cell is only dropped: authenticating it proves nothing was modified, and a drop is
+    /// something any relay on the path can do anyway.
+    pub(super) fn count_refused(&mut self, e: &nyx_crypto::Error) -> bool {
         match e {
             nyx_crypto::Error::Replayed { .. } | nyx_crypto::Error::TooOld { .. } => {
                 self.stats.dropped_replayed += 1;
+                false
             }
-            _ => self.stats.dropped_unauthenticated += 1,
+            nyx_crypto::Error::AuthenticationFailed => {
+                self.stats.dropped_unauthenticated += 1;
+                self.stats.circuits_tampered += 1;
+                true
+            }
+            // Authenticated, so the owner's software made it.
+            nyx_crypto::Error::UnknownCellCommand { .. } => {
+                self.stats.protocol_errors += 1;
+                false
+            }
+            _ => {
+                self.stats.dropped_unauthenticated += 1;
+                false
+            }
         }
     }
 }

@@ -62,7 +62,7 @@ fn node(seed: u8, config: OverlayConfig) -> Node {
         identity.node_id(),
         ring,
         config,
-        u64::from(seed),
+        [seed; 32],
         Timestamp::ZERO,
     )
     .unwrap();
@@ -294,35 +294,100 @@ fn many_circuits_share_relays() {
     }
 }
 
-#[test]
-fn tampered_cell_is_dropped_at_the_next_hop_and_the_circuit_lives_on() {
-    let mut net = Net::new(4);
-    let c = net.build(0, &[1, 2, 3]);
-    net.events(0);
-    let (a, b) = (net.nodes[1].id, net.nodes[2].id);
+/// The tap flips one bit of the first cell sent from `from` to `to` (a relay tampering).
+fn flip_first_cell(from: NodeId, to: NodeId) -> Tap {
     let mut flipped = false;
-    net.tap = Some(Box::new(move |from, to, msg| {
+    Box::new(move |f, t, msg| {
         if let Msg::Cell(cell) = msg
-            && from == a
-            && to == b
+            && f == from
+            && t == to
             && !flipped
         {
             cell[600] ^= 0x10;
             flipped = true;
         }
         1
-    }));
-    net.nodes[0].overlay.send(c, b"tampered").unwrap();
-    net.settle();
-    assert_eq!(net.nodes[2].overlay.stats().dropped_unauthenticated, 1);
-    assert!(net.events(3).is_empty(), "nothing reached the exit");
-    net.nodes[0].overlay.send(c, b"genuine").unwrap();
-    net.settle();
-    assert_eq!(data_of(&net.events(0), c), vec![b"genuine".to_vec()]);
+    })
 }
 
 #[test]
-fn replayed_cells_are_dropped() {
+fn a_tampered_forward_cell_destroys_the_circuit_at_the_next_hop_and_the_owner_learns_why() {
+    let mut net = Net::new(4);
+    let c = net.build(0, &[1, 2, 3]);
+    net.events(0);
+    let (entry, middle) = (net.nodes[1].id, net.nodes[2].id);
+    // The entry modifies a cell for the exit: the middle, the next hop to remove a layer,
+    // refuses it and destroys the circuit both ways.
+    net.tap = Some(flip_first_cell(entry, middle));
+    net.nodes[0].overlay.send(c, b"tampered").unwrap();
+    net.settle();
+    let stats = net.nodes[2].overlay.stats();
+    assert_eq!(stats.dropped_unauthenticated, 1);
+    assert_eq!(stats.circuits_tampered, 1);
+    assert!(net.events(3).is_empty(), "nothing reached the exit");
+    for i in 1..=3 {
+        assert_eq!(net.nodes[i].overlay.relay_circuits(), 0, "relay {i}");
+    }
+    // DESTROY reached the entry, which told the owner with TRUNCATED naming the middle.
+    assert_eq!(
+        net.events(0),
+        vec![Event::Destroyed {
+            circuit: c,
+            reason: DestroyReason::Tampered,
+            hop: Some(1),
+            relay: Some(middle),
+        }]
+    );
+    assert_eq!(net.nodes[0].overlay.own_circuits(), 0);
+    assert!(matches!(
+        net.nodes[0].overlay.send(c, b"genuine"),
+        Err(Error::NoSuchCircuit)
+    ));
+}
+
+#[test]
+fn a_tampered_backward_cell_destroys_the_circuit_at_the_owner() {
+    let mut net = Net::new(4);
+    let c = net.build(0, &[1, 2, 3]);
+    net.events(0);
+    let (client, entry) = (net.nodes[0].id, net.nodes[1].id);
+    // The entry modifies the exit's echo on its way to the owner. Relays do not authenticate
+    // backward cells; the owner does, and destroys the circuit.
+    net.tap = Some(flip_first_cell(entry, client));
+    net.nodes[0].overlay.send(c, b"echo me").unwrap();
+    net.settle();
+    let stats = net.nodes[0].overlay.stats();
+    assert_eq!(stats.dropped_unauthenticated, 1);
+    assert_eq!(stats.circuits_tampered, 1);
+    assert_eq!(
+        net.events(0),
+        vec![Event::Destroyed {
+            circuit: c,
+            reason: DestroyReason::Tampered,
+            hop: None,
+            relay: None,
+        }]
+    );
+    assert_eq!(net.nodes[0].overlay.own_circuits(), 0);
+    for i in 1..=3 {
+        assert_eq!(net.nodes[i].overlay.relay_circuits(), 0, "relay {i}");
+    }
+    // The exit, which had delivered the payload, hears why its circuit ended.
+    let exit_events = net.events(3);
+    assert!(
+        exit_events.iter().any(|e| matches!(
+            e,
+            Event::ExitClosed {
+                reason: DestroyReason::Tampered,
+                ..
+            }
+        )),
+        "{exit_events:?}"
+    );
+}
+
+#[test]
+fn replayed_cells_are_dropped_and_the_circuit_lives_on() {
     let mut net = Net::new(4);
     let c = net.build(0, &[1, 2, 3]);
     net.events(0);
@@ -333,16 +398,23 @@ fn replayed_cells_are_dropped() {
     net.settle();
     // Every hop refused the second copy of the forward cell; the client refused the second
     // copy of each backward cell (the relays re-wrap duplicates with fresh counters, but the
-    // exit's origin counter repeats).
+    // exit's origin counter repeats). A replay is not tampering: nothing is destroyed.
     for i in 1..=3 {
-        assert!(
-            net.nodes[i].overlay.stats().dropped_replayed >= 1,
-            "relay {i}"
-        );
+        let stats = net.nodes[i].overlay.stats();
+        assert!(stats.dropped_replayed >= 1, "relay {i}");
+        assert_eq!(stats.dropped_unauthenticated, 0, "relay {i}");
+        assert_eq!(net.nodes[i].overlay.relay_circuits(), 1, "relay {i}");
     }
     let echoes = data_of(&net.events(0), c);
     assert_eq!(echoes, vec![b"once".to_vec()]);
-    assert!(net.nodes[0].overlay.stats().dropped_replayed >= 1);
+    let stats = net.nodes[0].overlay.stats();
+    assert!(stats.dropped_replayed >= 1);
+    assert_eq!(stats.dropped_unauthenticated, 0);
+    assert_eq!(stats.circuits_tampered, 0);
+    net.tap = None;
+    net.nodes[0].overlay.send(c, b"again").unwrap();
+    net.settle();
+    assert_eq!(data_of(&net.events(0), c), vec![b"again".to_vec()]);
 }
 
 #[test]
@@ -743,4 +815,96 @@ fn a_client_only_node_relays_nothing_but_builds_its_own() {
     // Its own circuits are unaffected.
     let own = net.build(1, &[0, 2, 3]);
     assert_eq!(net.events(1), vec![Event::Built { circuit: own }]);
+}
+
+/// `n` circuit ids drawn for `peer` (none of them taken, so nothing is skipped).
+fn draw_ids(overlay: &mut Overlay, peer: NodeId, n: usize) -> Vec<u32> {
+    (0..n).map(|_| overlay.alloc_circ_id(peer)).collect()
+}
+
+#[test]
+fn circuit_ids_are_random_in_the_half_the_node_ids_give() {
+    let mut overlay = node(1, test_config()).overlay;
+    let below = NodeId::from_bytes([0x00; 32]);
+    let above = NodeId::from_bytes([0xff; 32]);
+    for (peer, top) in [(below, 0x8000_0000), (above, 0)] {
+        let ids = draw_ids(&mut overlay, peer, 4096);
+        assert!(ids.iter().all(|id| id & 0x8000_0000 == top && *id != 0));
+        // Not a counter, not a constant step: consecutive differences almost never repeat.
+        let steps: HashSet<u32> = ids.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+        assert!(steps.len() > 4000, "{} distinct steps", steps.len());
+        assert_eq!(ids.iter().collect::<HashSet<_>>().len(), ids.len());
+        // Each of the 31 free bits is set in about half of the ids.
+        for bit in 0..31 {
+            let set = ids.iter().filter(|id| *id & (1 << bit) != 0).count();
+            assert!((1800..=2300).contains(&set), "bit {bit} set {set} times");
+        }
+    }
+}
+
+#[test]
+fn a_client_only_node_draws_the_top_bit_too() {
+    let config = OverlayConfig {
+        relay: false,
+        ..test_config()
+    };
+    let mut overlay = node(1, config).overlay;
+    let ids = draw_ids(&mut overlay, NodeId::from_bytes([0x00; 32]), 256);
+    let high = ids.iter().filter(|id| *id & 0x8000_0000 != 0).count();
+    assert!((64..=192).contains(&high), "{high} of 256 with the top bit");
+}
+
+#[test]
+fn seeds_one_bit_apart_draw_different_circuit_ids() {
+    // The SplitMix64 ids before used `seed | 1`: seeds 2 and 3 drew the same ids.
+    let peer = NodeId::from_bytes([0x00; 32]);
+    let ids_for = |seed: [u8; 32]| {
+        let identity = IdentityKey::from_seed(&[1; 32]);
+        let ring = OnionKeyRing::new(RotationPolicy::default()).unwrap();
+        let mut o = Overlay::new(
+            identity.node_id(),
+            ring,
+            test_config(),
+            seed,
+            Timestamp::ZERO,
+        )
+        .unwrap();
+        draw_ids(&mut o, peer, 8)
+    };
+    let base = ids_for([2; 32]);
+    assert_eq!(ids_for([2; 32]), base, "a fixed seed reproduces the ids");
+    for byte in [0, 31] {
+        let mut seed = [2; 32];
+        seed[byte] ^= 1;
+        let other = ids_for(seed);
+        assert!(base.iter().zip(&other).all(|(a, b)| a != b), "byte {byte}");
+    }
+}
+
+#[test]
+fn circuit_ids_in_use_on_the_link_are_skipped() {
+    let peer = NodeId::from_bytes([0x00; 32]);
+    let other_peer = NodeId::from_bytes([0x01; 32]);
+    // Three overlays with the same seed draw the same sequence.
+    let first_two = draw_ids(&mut node(1, test_config()).overlay, peer, 2);
+    let mut taken = node(1, test_config()).overlay;
+    taken
+        .shared
+        .insert_slot((peer, first_two[0]), Slot::Client(99), Timestamp::ZERO);
+    assert_eq!(
+        taken.alloc_circ_id(peer),
+        first_two[1],
+        "the id in use is skipped"
+    );
+    let mut elsewhere = node(1, test_config()).overlay;
+    elsewhere.shared.insert_slot(
+        (other_peer, first_two[0]),
+        Slot::Client(99),
+        Timestamp::ZERO,
+    );
+    assert_eq!(
+        elsewhere.alloc_circ_id(peer),
+        first_two[0],
+        "ids are per link: one in use on another link is free here"
+    );
 }

@@ -88,6 +88,9 @@ pub enum DestroyReason {
     Expired,
     /// A node of the circuit is shutting down.
     Shutdown,
+    /// A cell failed its onion-layer authentication: someone on the path modified it (the
+    /// link layer already refuses corruption between neighbours).
+    Tampered,
     /// A reason code this version does not know.
     Other(u8),
 }
@@ -105,6 +108,7 @@ impl DestroyReason {
             DestroyReason::Timeout => 6,
             DestroyReason::Expired => 7,
             DestroyReason::Shutdown => 8,
+            DestroyReason::Tampered => 9,
             DestroyReason::Other(code) => code,
         }
     }
@@ -121,6 +125,7 @@ impl DestroyReason {
             6 => DestroyReason::Timeout,
             7 => DestroyReason::Expired,
             8 => DestroyReason::Shutdown,
+            9 => DestroyReason::Tampered,
             other => DestroyReason::Other(other),
         }
     }
@@ -138,6 +143,7 @@ impl std::fmt::Display for DestroyReason {
             DestroyReason::Timeout => f.write_str("build timed out"),
             DestroyReason::Expired => f.write_str("maximum lifetime reached"),
             DestroyReason::Shutdown => f.write_str("a node is shutting down"),
+            DestroyReason::Tampered => f.write_str("a cell was tampered with"),
             DestroyReason::Other(code) => write!(f, "reason code {code}"),
         }
     }
@@ -514,6 +520,10 @@ mod tests {
                 circ: 1,
                 reason: DestroyReason::Other(200),
             },
+            Control::Destroy {
+                circ: 1,
+                reason: DestroyReason::Tampered,
+            },
             Control::CreateFast {
                 circ: 2,
                 create: [4u8; FAST_CREATE_LEN],
@@ -528,6 +538,9 @@ mod tests {
         for m in msgs {
             assert_eq!(Control::decode(&m.encode()).unwrap(), m);
         }
+        // The code on the wire (docs/protocol.md, "Control messages").
+        assert_eq!(DestroyReason::Tampered.code(), 9);
+        assert_eq!(DestroyReason::from_code(9), DestroyReason::Tampered);
     }
 
     #[test]
