@@ -14,7 +14,8 @@
 //!   verifiers that accept a peer by its `NodeId` (no web PKI), refusing any other identity.
 //! * [`quic`]: the QUIC transport: one quinn endpoint per node, cells in DATAGRAM frames
 //!   (size checked on every send), control messages on one reliable stream per link, peers
-//!   verified by `NodeId`.
+//!   verified by `NodeId`; [`admission`] decides which incoming attempts get a handshake
+//!   (Retry under load, per-source limits, a cap on handshakes in progress).
 //! * [`udp`]: the UDP transport: its protocol engine, sans-IO ([`udp::UdpEngine`]:
 //!   nyx-crypto's link handshake and sessions over raw datagrams, a stateless cookie step and
 //!   per-source HELLO limits before any expensive cryptography), and the task that owns a
@@ -29,6 +30,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 mod error;
 pub mod fault;
 pub mod identity_tls;

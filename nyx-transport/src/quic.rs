@@ -16,6 +16,8 @@ use bytes::Bytes;
 use nyx_core::NodeId;
 use nyx_core::redact::Redacted;
 use nyx_crypto::identity::IdentityKey;
+
+use crate::admission::{Admission, AdmissionConfig, AdmissionStats, HandshakeSlot, Verdict};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tokio::sync::{Mutex, mpsc};
 
@@ -39,6 +41,8 @@ pub struct QuicConfig {
     /// The link's congestion controller. Cells ride DATAGRAM frames, which quinn paces by
     /// it. Default [`QuicCongestion::Bbr`].
     pub congestion: QuicCongestion,
+    /// Which incoming attempts get a handshake (Retry under load, per-source limits).
+    pub admission: AdmissionConfig,
 }
 
 /// Which congestion controller quinn runs on a link.
@@ -62,6 +66,7 @@ impl Default for QuicConfig {
             keep_alive: Duration::from_secs(10),
             datagram_receive_buffer: 4 << 20,
             congestion: QuicCongestion::Bbr,
+            admission: AdmissionConfig::default(),
         }
     }
 }
@@ -89,6 +94,9 @@ pub struct QuicEndpoint {
     /// accepts no links and shows a fresh identity made for each link it dials.
     identity: Option<Arc<IdentityKey>>,
     config: QuicConfig,
+    /// Which incoming attempts get a handshake.
+    admission: std::sync::Mutex<Admission>,
+    clock: nyx_core::time::CoarseClock,
 }
 
 impl QuicEndpoint {
@@ -101,11 +109,7 @@ impl QuicEndpoint {
     ) -> Result<Self, Error> {
         let server = server(&identity, &config)?;
         let endpoint = quinn::Endpoint::server(server, addr).map_err(io)?;
-        Ok(QuicEndpoint {
-            endpoint,
-            identity: Some(identity),
-            config,
-        })
+        QuicEndpoint::new(endpoint, Some(identity), config)
     }
 
     /// Bind `addr` (needs a tokio runtime) as a client-only endpoint: it accepts no links
@@ -115,11 +119,7 @@ impl QuicEndpoint {
     /// key of the client.
     pub fn bind_client(addr: SocketAddr, config: QuicConfig) -> Result<Self, Error> {
         let endpoint = quinn::Endpoint::client(addr).map_err(io)?;
-        Ok(QuicEndpoint {
-            endpoint,
-            identity: None,
-            config,
-        })
+        QuicEndpoint::new(endpoint, None, config)
     }
 
     /// [`bind`](Self::bind) (`Some(identity)`) or [`bind_client`](Self::bind_client)
@@ -146,14 +146,21 @@ impl QuicEndpoint {
             runtime,
         )
         .map_err(io)?;
-        Ok((
-            QuicEndpoint {
-                endpoint,
-                identity,
-                config,
-            },
-            shim,
-        ))
+        Ok((QuicEndpoint::new(endpoint, identity, config)?, shim))
+    }
+
+    fn new(
+        endpoint: quinn::Endpoint,
+        identity: Option<Arc<IdentityKey>>,
+        config: QuicConfig,
+    ) -> Result<Self, Error> {
+        Ok(QuicEndpoint {
+            endpoint,
+            identity,
+            admission: std::sync::Mutex::new(Admission::new(config.admission)?),
+            config,
+            clock: nyx_core::time::CoarseClock::new(),
+        })
     }
 
     /// This node's identity on its links; `None` for a client-only endpoint.
@@ -218,13 +225,39 @@ impl QuicEndpoint {
         Some(incoming.complete().await)
     }
 
-    /// The next incoming connection attempt, before its handshake; `None` once the endpoint
-    /// is closed.
+    /// The next incoming connection attempt admitted for a handshake (see
+    /// [`crate::admission`]: others got a Retry or were dropped), before its handshake;
+    /// `None` once the endpoint is closed.
     pub async fn accept_incoming(&self) -> Option<IncomingLink> {
-        self.endpoint
-            .accept()
-            .await
-            .map(|incoming| IncomingLink { incoming })
+        loop {
+            let incoming = self.endpoint.accept().await?;
+            let from = incoming.remote_address();
+            let from = SocketAddr::new(from.ip().to_canonical(), from.port());
+            let validated = incoming.remote_address_validated();
+            let now = self.clock.now();
+            let (verdict, slot) = match self.admission.lock() {
+                Ok(mut admission) => admission.decide(from, validated, now),
+                Err(_) => (Verdict::Refuse(crate::admission::Refusal::Busy), None),
+            };
+            match (verdict, slot) {
+                (Verdict::Accept, Some(slot)) => {
+                    return Some(IncomingLink {
+                        incoming,
+                        _slot: slot,
+                    });
+                }
+                (Verdict::Retry, _) if incoming.may_retry() => {
+                    // Fails only if the attempt already carried a token.
+                    let _ = incoming.retry();
+                }
+                _ => incoming.ignore(),
+            }
+        }
+    }
+
+    /// The admission counters of incoming attempts.
+    pub fn admission_stats(&self) -> AdmissionStats {
+        self.admission.lock().map(|a| a.stats()).unwrap_or_default()
     }
 
     /// Close every link and stop accepting.
@@ -242,6 +275,8 @@ impl QuicEndpoint {
 #[derive(Debug)]
 pub struct IncomingLink {
     incoming: quinn::Incoming,
+    /// Its place among the handshakes in progress, freed when the handshake ends.
+    _slot: HandshakeSlot,
 }
 
 impl IncomingLink {

@@ -21,7 +21,7 @@ use crate::{Error, Node, NodeKeys, NodeSettings, driver};
 /// The transport of a bound node.
 #[derive(Debug)]
 pub(crate) enum Bound {
-    Quic(QuicEndpoint),
+    Quic(std::sync::Arc<QuicEndpoint>),
     Udp(Box<UdpTransport>),
 }
 
@@ -65,7 +65,7 @@ impl BoundNode {
                 if let Some(tap) = &settings.tap {
                     shim.set_tap(tap.clone());
                 }
-                Bound::Quic(endpoint)
+                Bound::Quic(std::sync::Arc::new(endpoint))
             }
             TransportKind::Udp => {
                 let mut udp = match relay {

@@ -180,6 +180,12 @@ pub(super) const FAMILIES: &[FamilyDef] = &[
         samples: |s, out| out(&[], n(s.node.overlay.links_dead)),
     },
     FamilyDef {
+        name: "nyx_circuits_tampered_total",
+        help: "Circuits destroyed because a cell failed its onion-layer authentication.",
+        kind: Counter,
+        samples: |s, out| out(&[], n(s.node.overlay.circuits_tampered)),
+    },
+    FamilyDef {
         name: "nyx_send_failures_total",
         help: "Cells the transport refused (link queue full or link gone).",
         kind: Counter,

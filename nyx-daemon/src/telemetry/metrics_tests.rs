@@ -28,6 +28,7 @@ fn known() -> MetricsSnapshot {
     o.circuits_built = 24;
     o.circuits_failed = 25;
     o.links_dead = 26;
+    o.circuits_tampered = 29;
     s.node.links = 4;
     s.node.relay_circuits = 3;
     s.node.own_circuits = 2;
@@ -147,6 +148,7 @@ fn known_numbers_render_as_exact_lines() {
         "nyx_circuit_builds_total{outcome=\"failed\"} 25",
         "nyx_links 4",
         "nyx_links_dead_total 26",
+        "nyx_circuits_tampered_total 29",
         "nyx_send_failures_total 27",
         "nyx_owner_drops_total 28",
         "nyx_stream_packets_total{direction=\"sent\"} 100",

@@ -125,7 +125,6 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
     let mut udp_events = None;
     let (quic, udp) = match bound {
         Bound::Quic(endpoint) => {
-            let endpoint = Arc::new(endpoint);
             // A client's endpoint accepts nothing: no task waits on it.
             if endpoint.accepts_links() {
                 let task = spawn_quic_acceptor(endpoint.clone(), link_events_tx.clone());

@@ -76,6 +76,10 @@ pub struct OverlayConfig {
     pub circuit_cells: Quota,
     /// CREATEs a peer may send. Default 10/s, burst 20.
     pub circuit_creates: Quota,
+    /// CREATEs answered from all peers together: each costs a hybrid decapsulation, and
+    /// peers (client links) are free to mint, so this bounds the CPU CREATEs take. Default
+    /// 500/s (a few percent of one core), burst 1000.
+    pub all_creates: Quota,
     /// Peers each keyed limiter tracks at most. Default 65536.
     pub max_limited_keys: usize,
     /// CREATE messages remembered to refuse replays. Default 65536.
@@ -105,6 +109,7 @@ impl Default for OverlayConfig {
             link_cells: quota(200_000, 20_000),
             circuit_cells: quota(100_000, 10_000),
             circuit_creates: quota(10, 20),
+            all_creates: quota(500, 1000),
             max_limited_keys: 65_536,
             replay_cache: 65_536,
         }
@@ -342,6 +347,7 @@ pub struct Overlay {
     circ_ids: StdRng,
     link_limiter: KeyedLimiter<NodeId>,
     create_limiter: KeyedLimiter<NodeId>,
+    all_creates: nyx_core::rate::Limiter,
     next_tick: Timestamp,
 }
 
@@ -367,6 +373,7 @@ impl Overlay {
             me,
             link_limiter: limiter(config.link_cells)?,
             create_limiter: limiter(config.circuit_creates)?,
+            all_creates: nyx_core::rate::Limiter::new(config.all_creates),
             replay: ReplayCache::new(config.replay_cache),
             onion_keys,
             relays: HashMap::new(),

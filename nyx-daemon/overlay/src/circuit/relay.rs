@@ -123,7 +123,7 @@ impl Overlay {
             self.refuse_create(from, circ, DestroyReason::Protocol, now);
             return false;
         }
-        if self.create_limiter.check(&from, now).is_err() {
+        if self.create_limiter.check(&from, now).is_err() || self.all_creates.check(now).is_err() {
             self.shared.stats.creates_rate_limited += 1;
             self.refuse_create(from, circ, DestroyReason::ResourceLimit, now);
             return false;

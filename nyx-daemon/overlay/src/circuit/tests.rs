@@ -607,6 +607,33 @@ fn create_flood_is_rate_limited_per_peer() {
     assert_eq!(net.events(2), vec![Event::Built { circuit: other }]);
 }
 
+/// Peers are free to mint (a client shows a fresh identity on each link), so CREATEs are
+/// also limited across all peers: many peers within their own rates still cannot make the
+/// relay decapsulate more than `all_creates` allows.
+#[test]
+fn creates_from_many_peers_are_limited_together() {
+    let config = OverlayConfig {
+        all_creates: nyx_core::rate::Quota::from_rate(1.0, 4).unwrap(),
+        ..test_config()
+    };
+    let mut net = Net::with_config(5, config);
+    for client in [0, 2, 3, 4] {
+        net.build(client, &[1]);
+        net.build(client, &[1]);
+    }
+    let built: usize = [0, 2, 3, 4]
+        .iter()
+        .map(|c| {
+            net.events(*c)
+                .iter()
+                .filter(|e| matches!(e, Event::Built { .. }))
+                .count()
+        })
+        .sum();
+    assert_eq!(built, 4, "the shared burst of 4");
+    assert_eq!(net.nodes[1].overlay.stats().creates_rate_limited, 4);
+}
+
 #[test]
 fn limits_change_while_running() {
     let mut net = Net::with_config(4, test_config());
