@@ -51,7 +51,8 @@ pub enum Error {
     /// The packet names a key epoch the receiver does not hold.
     #[error("packet uses key epoch {epoch}, which is neither current, previous nor next")]
     UnknownEpoch {
-        /// The epoch byte received.
+        /// The low 8 bits of the epoch the packet names (its epoch byte minus the session's
+        /// key-derived offset).
         epoch: u8,
     },
     /// The operating system's random number generator failed.
@@ -90,19 +91,15 @@ pub enum Error {
     /// A CREATE names another relay.
     #[error("handshake is addressed to another relay")]
     WrongRelay,
-    /// A link HELLO is addressed to another node.
-    #[error("link handshake is addressed to another node")]
-    WrongPeer,
-    /// A link HELLO names a link key this node does not hold.
-    #[error("link handshake names an unknown link key")]
-    UnknownLinkKey,
     /// A CREATE names an onion key this relay does not hold (expired or never its own).
     #[error("handshake names an unknown onion key")]
     UnknownOnionKey,
     /// A CREATE the relay has already answered.
     #[error("handshake message replayed")]
     ReplayedHandshake,
-    /// The peer did not prove it derived the same keys (wrong key, or a modified message).
+    /// The peer did not prove it derived the same keys (wrong key, or a modified message). A
+    /// link HELLO made for another node or for a link key this node does not hold fails so too
+    /// (HELLO names neither).
     #[error("handshake failed: key confirmation did not match")]
     HandshakeFailed,
     /// Bytes that should hold a public key are not a valid one.

@@ -122,8 +122,11 @@ impl HybridSecretKey {
                 got: MLKEM_CT_LEN,
             }
         })?;
+        // ML-KEM returns its shared secret by value: keep that temporary in `Zeroizing` too, so
+        // it is wiped after the copy.
+        let ss_raw = Zeroizing::new(self.mlkem.decapsulate(&ct));
         let mut ss_m = Zeroizing::new([0u8; 32]);
-        ss_m.copy_from_slice(&self.mlkem.decapsulate(&ct));
+        ss_m.copy_from_slice(&ss_raw);
         let mut eph = [0u8; 32];
         eph.copy_from_slice(&ciphertext[MLKEM_CT_LEN..]);
         let dh = self.x25519.diffie_hellman(&PublicKey::from(eph));
@@ -198,7 +201,11 @@ impl HybridPublicKey {
         m: &[u8; 32],
         ephemeral: &[u8; 32],
     ) -> Result<([u8; CIPHERTEXT_LEN], SharedSecrets), Error> {
-        let (ct, ss_m) = self.mlkem.encapsulate_deterministic(&Array::from(*m));
+        // The randomness `m` decides the shared secret, and ML-KEM returns that secret by
+        // value: both temporaries are wiped when they go out of scope (`Zeroizing`).
+        let m = Zeroizing::new(Array::from(*m));
+        let (ct, ss_m) = self.mlkem.encapsulate_deterministic(&m);
+        let ss_m = Zeroizing::new(ss_m);
         let eph = StaticSecret::from(*ephemeral);
         let dh = eph.diffie_hellman(&self.x25519);
         if !dh.was_contributory() {

@@ -4,28 +4,34 @@
 //! identity encrypted, so a passive observer does not learn who is connecting.
 //!
 //! ```text
-//! HELLO (initiator → responder, 1305 bytes)
+//! HELLO (initiator → responder, 1265 bytes)
 //!   0     version     u8 = 1
-//!   1     responder   NodeId (32)
-//!   33    key id      8 bytes     SHA-256("nyx/v1/link-key-id" || link public key)[..8]
-//!   41    X           32          initiator's ephemeral X25519 key
-//!   73    ct          1120        hybrid KEM ciphertext to the responder's link key
-//!   1193  sealed id   112         ChaCha20-Poly1305(k_id, nonce 0, aad = bytes 0..1193,
+//!   1     X           32          initiator's ephemeral X25519 key
+//!   33    ct          1120        hybrid KEM ciphertext to the responder's link key
+//!   1153  sealed id   112         ChaCha20-Poly1305(k_id, nonce 0, aad = bytes 0..1153,
 //!                                 initiator identity public key (32) || signature (64))
 //! WELCOME (responder → initiator, 65 bytes)
 //!   0  version u8 = 1;  1  Y (32);  33  confirm (32)
 //!
-//! th1     = SHA-256("nyx/v1/link" || HELLO[0..1193])
+//! th1     = SHA-256("nyx/v1/link" || responder NodeId (32) || HELLO[0..1153])
 //! k_id    = kem_secrets.combine("nyx/v1/link/id", th1)     (used once: nonce 0 is safe)
 //! sig     = Ed25519(initiator identity, "nyx/v1/link/initiator" || 0 || th1)
-//! then the key schedule of the hop handshake over the whole HELLO and Y, with the labels
-//! "nyx/v1/link", "nyx/v1/link/confirm", "nyx/v1/link/session".
+//! then the key schedule of the hop handshake over responder NodeId || HELLO and Y, with the
+//! labels "nyx/v1/link", "nyx/v1/link/confirm", "nyx/v1/link/session".
 //! ```
+//!
+//! Neither the responder's node id nor which of its link keys the HELLO was made for is on
+//! the wire: both are bound into the transcript instead. The responder tries each link key
+//! it holds (the current one, and the previous one during a rotation overlap) until the
+//! sealed identity opens, so an overlap costs a second decapsulation for HELLOs made to the
+//! previous key (and for HELLOs that open under no key). A HELLO made for another node, or
+//! for a key the responder does not hold, opens under none of them ([`Error::HandshakeFailed`]).
 //!
 //! Authentication: only the holder of the responder's link key can decapsulate and so compute
 //! `confirm`; only the holder of the initiator's identity key can make `sig`, which covers the
-//! KEM ciphertext and `X` (so it cannot be moved to another handshake). The responder returns
-//! the initiator's verified identity; whether that peer is welcome is the caller's decision.
+//! KEM ciphertext, `X` and the responder's node id (so it cannot be moved to another handshake
+//! or presented to another node). The responder returns the initiator's verified identity;
+//! whether that peer is welcome is the caller's decision.
 //!
 //! Caveats the caller must respect:
 //! * The returned identity proves that peer *made* this HELLO, not that it is present now: a
@@ -58,7 +64,10 @@ use crate::kem::{CIPHERTEXT_LEN, HybridPublicKey, HybridSecretKey, SharedSecrets
 use crate::session::{RekeyPolicy, Role, Session};
 
 const VERSION: u8 = 1;
-const CLEAR_LEN: usize = 1 + 32 + 8 + 32 + CIPHERTEXT_LEN;
+const CLEAR_LEN: usize = 1 + 32 + CIPHERTEXT_LEN;
+/// Where the ephemeral X25519 key and the KEM ciphertext start.
+const X_AT: usize = 1;
+const CT_AT: usize = X_AT + 32;
 const SEALED_ID_LEN: usize = PUBLIC_KEY_LEN + SIGNATURE_LEN + 16;
 /// Length of a HELLO message.
 pub const HELLO_LEN: usize = CLEAR_LEN + SEALED_ID_LEN;
@@ -76,7 +85,8 @@ const LABELS: Labels = Labels {
     session: b"nyx/v1/link/session",
 };
 
-/// A node's static link key: the hybrid key it publishes for link handshakes, with its id.
+/// A node's static link key: the hybrid key it publishes for link handshakes, with its id
+/// (for logs; HELLO does not carry it).
 pub struct LinkKey {
     secret: HybridSecretKey,
     id: [u8; 8],
@@ -101,7 +111,8 @@ impl fmt::Debug for LinkKey {
     }
 }
 
-/// The 8-byte id by which a HELLO names the link key it was made for.
+/// An 8-byte id of a link key, for logs and operators. HELLO does not carry it (the
+/// responder finds its key by trying each).
 pub fn link_key_id(key: &HybridPublicKey) -> [u8; 8] {
     let d = Sha256::new()
         .chain_update(LABEL_KEY_ID)
@@ -123,8 +134,12 @@ pub struct LinkInitiator<'a> {
 pub struct LinkInitiatorSent {
     x: StaticSecret,
     kem: SharedSecrets,
-    hello: Box<[u8; HELLO_LEN]>,
+    /// The responder's node id followed by the HELLO: what the key schedule covers.
+    transcript: Box<[u8; TRANSCRIPT_LEN]>,
 }
+
+/// The responder's node id and the HELLO.
+const TRANSCRIPT_LEN: usize = 32 + HELLO_LEN;
 
 impl<'a> LinkInitiator<'a> {
     /// A handshake from `identity` to node `peer`, whose link key is `peer_key` (from its
@@ -154,11 +169,9 @@ impl<'a> LinkInitiator<'a> {
         let x = StaticSecret::from(*x);
         let mut hello = Box::new([0u8; HELLO_LEN]);
         hello[0] = VERSION;
-        hello[1..33].copy_from_slice(self.peer.as_bytes());
-        hello[33..41].copy_from_slice(&link_key_id(&self.peer_key));
-        hello[41..73].copy_from_slice(PublicKey::from(&x).as_bytes());
-        hello[73..CLEAR_LEN].copy_from_slice(&ct);
-        let th1 = th1(&hello[..CLEAR_LEN]);
+        hello[X_AT..CT_AT].copy_from_slice(PublicKey::from(&x).as_bytes());
+        hello[CT_AT..CLEAR_LEN].copy_from_slice(&ct);
+        let th1 = th1(&self.peer, &hello[..CLEAR_LEN]);
         let sealed = &mut hello[CLEAR_LEN..];
         sealed[..PUBLIC_KEY_LEN].copy_from_slice(&self.identity.public().to_bytes());
         sealed[PUBLIC_KEY_LEN..PUBLIC_KEY_LEN + SIGNATURE_LEN]
@@ -170,7 +183,7 @@ impl<'a> LinkInitiator<'a> {
         let sent = LinkInitiatorSent {
             x,
             kem,
-            hello: hello.clone(),
+            transcript: transcript(&self.peer, &hello[..]),
         };
         Ok((sent, hello))
     }
@@ -203,8 +216,14 @@ impl LinkInitiatorSent {
             what: "WELCOME",
             len: WELCOME_LEN,
         };
-        let secret =
-            finish_handshake(&LABELS, &self.kem, &self.x, &self.hello[..], welcome, reply)?;
+        let secret = finish_handshake(
+            &LABELS,
+            &self.kem,
+            &self.x,
+            &self.transcript[..],
+            welcome,
+            reply,
+        )?;
         Ok(Session::new(&secret, Role::Initiator, policy, now))
     }
 }
@@ -222,7 +241,9 @@ impl<'a> LinkResponder<'a> {
     }
 
     /// Answer HELLO: returns the session (responder), WELCOME and the initiator's verified
-    /// identity. A HELLO already answered is refused (see [`ReplayCache`]).
+    /// identity. A HELLO already answered is refused (see [`ReplayCache`]); one made for
+    /// another node or for a link key not held here is [`Error::HandshakeFailed`], after one
+    /// decapsulation per key held.
     pub fn respond(
         self,
         hello: &[u8],
@@ -231,28 +252,35 @@ impl<'a> LinkResponder<'a> {
         now: Timestamp,
     ) -> Result<(Session, [u8; WELCOME_LEN], IdentityPublic), Error> {
         check_message(hello, "HELLO", HELLO_LEN)?;
-        if hello[1..33] != self.node.as_bytes()[..] {
-            return Err(Error::WrongPeer);
-        }
-        let key = self
-            .keys
-            .iter()
-            .find(|k| k.id[..] == hello[33..41])
-            .ok_or(Error::UnknownLinkKey)?;
-        canonical_x25519(&hello[41..73])?;
-        canonical_x25519(&hello[73 + MLKEM_CT_LEN..CLEAR_LEN])?;
-        let replay_id = &hello[73..73 + MLKEM_CT_LEN];
+        canonical_x25519(&hello[X_AT..CT_AT])?;
+        canonical_x25519(&hello[CT_AT + MLKEM_CT_LEN..CLEAR_LEN])?;
+        let replay_id = &hello[CT_AT..CT_AT + MLKEM_CT_LEN];
         replay.check(replay_id)?;
-        let kem = key.secret.decapsulate(&hello[73..CLEAR_LEN])?;
 
-        // Open the initiator's identity and check its signature over th1.
-        let th1 = th1(&hello[..CLEAR_LEN]);
+        // th1 binds this node's id: a HELLO made for another node opens under no key here.
+        let th1 = th1(&self.node, &hello[..CLEAR_LEN]);
+        // The key the HELLO was made for is the one under which the initiator's identity
+        // opens; with any other, ML-KEM's implicit rejection and the other X25519 key give
+        // unrelated secrets and the tag fails. Try each key held, in order (a node holds its
+        // current key and, during a rotation overlap, the previous one).
         let mut sealed = [0u8; SEALED_ID_LEN];
-        sealed.copy_from_slice(&hello[CLEAR_LEN..]);
-        let (body, tag) = sealed.split_at_mut(PUBLIC_KEY_LEN + SIGNATURE_LEN);
-        id_cipher(&kem, &th1)
-            .open_in_place(&[0; NONCE_LEN], &hello[..CLEAR_LEN], body, tag)
-            .map_err(|_| Error::HandshakeFailed)?;
+        let mut opened = None;
+        for key in self.keys {
+            let kem = key.secret.decapsulate(&hello[CT_AT..CLEAR_LEN])?;
+            sealed.copy_from_slice(&hello[CLEAR_LEN..]);
+            let (body, tag) = sealed.split_at_mut(PUBLIC_KEY_LEN + SIGNATURE_LEN);
+            if id_cipher(&kem, &th1)
+                .open_in_place(&[0; NONCE_LEN], &hello[..CLEAR_LEN], body, tag)
+                .is_ok()
+            {
+                opened = Some(kem);
+                break;
+            }
+        }
+        let kem = opened.ok_or(Error::HandshakeFailed)?;
+
+        // The initiator's identity, and its signature over th1.
+        let body = &sealed[..PUBLIC_KEY_LEN + SIGNATURE_LEN];
         let mut id_bytes = [0u8; PUBLIC_KEY_LEN];
         id_bytes.copy_from_slice(&body[..PUBLIC_KEY_LEN]);
         let initiator = IdentityPublic::from_bytes(&id_bytes)?;
@@ -266,9 +294,10 @@ impl<'a> LinkResponder<'a> {
         })?;
         let y = StaticSecret::from(*y);
         let y_pub = PublicKey::from(&y);
-        let keys = derive(&LABELS, &kem, hello, y_pub.as_bytes(), |_| {
+        let transcript = transcript(&self.node, hello);
+        let keys = derive(&LABELS, &kem, &transcript[..], y_pub.as_bytes(), |_| {
             let mut x = [0u8; 32];
-            x.copy_from_slice(&hello[41..73]);
+            x.copy_from_slice(&hello[X_AT..CT_AT]);
             y.diffie_hellman(&PublicKey::from(x))
         })?;
         replay.insert(replay_id);
@@ -284,12 +313,23 @@ impl<'a> LinkResponder<'a> {
     }
 }
 
-fn th1(clear: &[u8]) -> [u8; 32] {
+/// The hash the initiator signs and the identity key is derived from: the responder's node
+/// id (not sent) and the clear part of HELLO.
+fn th1(responder: &NodeId, clear: &[u8]) -> [u8; 32] {
     Sha256::new()
         .chain_update(LABEL_TH1)
+        .chain_update(responder.as_bytes())
         .chain_update(clear)
         .finalize()
         .into()
+}
+
+/// What the session key schedule covers: the responder's node id, then the whole HELLO.
+fn transcript(responder: &NodeId, hello: &[u8]) -> Box<[u8; TRANSCRIPT_LEN]> {
+    let mut t = Box::new([0u8; TRANSCRIPT_LEN]);
+    t[..32].copy_from_slice(responder.as_bytes());
+    t[32..].copy_from_slice(hello);
+    t
 }
 
 fn id_cipher(kem: &SharedSecrets, th1: &[u8; 32]) -> ChaCha20Poly1305 {

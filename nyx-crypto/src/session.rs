@@ -16,7 +16,11 @@
 //! packet numbers never repeat in a session). Each direction's packet numbers start at a
 //! point derived from the secret (a 62-bit number), not at zero: a packet number in clear
 //! then says nothing about how long the link has run, and the numbers of two links that
-//! carry the same cells are unrelated (an observer cannot line them up). A sender moves to the next key epoch when its
+//! carry the same cells are unrelated (an observer cannot line them up). The epoch byte is
+//! offset the same way: it carries the low 8 bits of `epoch + offset`, with a per-direction
+//! offset derived from the secret, so its value does not tell how many epochs (of 120 s by
+//! default) the link has lived; that it steps by one at each rekey stays visible. A sender
+//! moves to the next key epoch when its
 //! [`RekeyPolicy`] budget (packets, bytes or age) is spent; the next key is derived from the
 //! current one with HKDF, so the receiver derives it too when it sees the new epoch number, and
 //! old keys are erased (a key taken from memory later does not decrypt earlier epochs). The
@@ -56,7 +60,7 @@ use crate::Error;
 use crate::aead::{self, NONCE_LEN};
 use crate::replay::ReplayWindow;
 
-/// Bytes before the payload: epoch (1) and packet number (8).
+/// Bytes before the payload: epoch byte (1) and packet number (8).
 pub const HEADER_LEN: usize = 9;
 /// Bytes after the payload: the Poly1305 tag.
 pub const TAG_LEN: usize = 16;
@@ -172,6 +176,10 @@ fn nonce(pn: u64) -> [u8; NONCE_LEN] {
 /// A datagram session between two parties. See the [module docs](self).
 pub struct Session {
     policy: RekeyPolicy,
+    /// Added (mod 256) to the send epoch to make the epoch byte on the wire.
+    send_offset: u8,
+    /// Subtracted (mod 256) from a received epoch byte to get the sender's epoch.
+    recv_offset: u8,
     send: EpochKey,
     send_started: Timestamp,
     send_packets: u64,
@@ -201,12 +209,15 @@ impl Session {
             u64::from_be_bytes(w) >> 2
         };
         let (i2r_start, r2i_start) = (start(&starts[..8]), start(&starts[8..16]));
-        let (send, recv, first_pn) = match role {
-            Role::Initiator => (i2r, r2i, i2r_start),
-            Role::Responder => (r2i, i2r, r2i_start),
+        let (i2r_offset, r2i_offset) = (starts[16], starts[17]);
+        let (send, recv, first_pn, send_offset, recv_offset) = match role {
+            Role::Initiator => (i2r, r2i, i2r_start, i2r_offset, r2i_offset),
+            Role::Responder => (r2i, i2r, r2i_start, r2i_offset, i2r_offset),
         };
         let session = Session {
             policy,
+            send_offset,
+            recv_offset,
             send: EpochKey::new(send, 0),
             send_started: now,
             send_packets: 0,
@@ -218,6 +229,7 @@ impl Session {
             window: ReplayWindow::new(),
         };
         prk.as_mut_slice().zeroize();
+        starts.zeroize();
         i2r.zeroize();
         r2i.zeroize();
         session
@@ -241,7 +253,7 @@ impl Session {
         self.maybe_rekey(now);
         let pn = self.next_pn;
         let (header, rest) = buf.split_at_mut(HEADER_LEN);
-        header[0] = self.send.epoch as u8;
+        header[0] = (self.send.epoch as u8).wrapping_add(self.send_offset);
         header[1..].copy_from_slice(&pn.to_be_bytes());
         let (payload, rest) = rest.split_at_mut(len);
         let tag = aead::seal_in_place(&self.send.raw, &nonce(pn), header, payload)?;
@@ -261,7 +273,8 @@ impl Session {
                 min: OVERHEAD,
             });
         }
-        let epoch_byte = buf[0];
+        // The low 8 bits of the sender's epoch (the byte on the wire is offset).
+        let epoch_byte = buf[0].wrapping_sub(self.recv_offset);
         let mut pn_bytes = [0u8; 8];
         pn_bytes.copy_from_slice(&buf[1..HEADER_LEN]);
         let pn = u64::from_be_bytes(pn_bytes);

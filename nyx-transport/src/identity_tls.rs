@@ -42,13 +42,18 @@ pub fn certificate(
     let fail = |e: rcgen::Error| Error::Certificate {
         reason: e.to_string(),
     };
+    // The identity seed as PKCS#8, in a buffer wiped on drop (also on the error paths). rcgen
+    // reads it through a borrow; its own KeyPair (a copy, and ring's key pair) is not wiped,
+    // which is beyond our reach.
     let pkcs8 = identity.to_pkcs8_der();
-    let key_der = PrivatePkcs8KeyDer::from(pkcs8.to_vec());
-    let key_pair = rcgen::KeyPair::try_from(&key_der).map_err(fail)?;
+    let key_pair = rcgen::KeyPair::try_from(&PrivatePkcs8KeyDer::from(&pkcs8[..])).map_err(fail)?;
     // The name is not checked by anyone; the NodeId in hex makes certificates readable.
     let params =
         rcgen::CertificateParams::new(vec![identity.node_id().to_string()]).map_err(fail)?;
     let cert = params.self_signed(&key_pair).map_err(fail)?;
+    // The one owned copy goes to the caller, who hands it to rustls: its ring provider loads
+    // it through `Zeroizing`, so that copy is wiped too.
+    let key_der = PrivatePkcs8KeyDer::from(pkcs8.to_vec());
     Ok((cert.der().clone(), PrivateKeyDer::Pkcs8(key_der)))
 }
 

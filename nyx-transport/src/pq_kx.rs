@@ -41,12 +41,14 @@ impl SupportedKxGroup for HybridGroup {
     fn start(&self) -> Result<Box<dyn ActiveKeyExchange>, TlsError> {
         let mut seed = Zeroizing::new([0u8; 64 + 32]);
         random(seed.as_mut_slice())?;
-        let mut mlkem_seed = Seed::default();
+        // Secret temporaries are wiped when they go out of scope (`Zeroizing`); copies the
+        // callees make are theirs to wipe (ml-kem and x25519-dalek zeroize their keys).
+        let mut mlkem_seed = Zeroizing::new(Seed::default());
         mlkem_seed.copy_from_slice(&seed[..64]);
-        let decaps = DecapsulationKey::<MlKem768>::from_seed(mlkem_seed);
-        let mut x = [0u8; 32];
+        let decaps = DecapsulationKey::<MlKem768>::from_seed(*mlkem_seed);
+        let mut x = Zeroizing::new([0u8; 32]);
         x.copy_from_slice(&seed[64..]);
-        let x25519 = StaticSecret::from(x);
+        let x25519 = StaticSecret::from(*x);
         let mut share = Vec::with_capacity(CLIENT_SHARE_LEN);
         share.extend_from_slice(&decaps.encapsulation_key().to_bytes());
         share.extend_from_slice(PublicKey::from(&x25519).as_bytes());
@@ -70,12 +72,15 @@ impl SupportedKxGroup for HybridGroup {
             .map_err(|_| TlsError::from(PeerMisbehaved::InvalidKeyShare))?;
         let mut coins = Zeroizing::new([0u8; 64]);
         random(coins.as_mut_slice())?;
-        let mut m = Array::default();
+        // The encapsulation randomness, the ML-KEM shared secret (returned by value) and the
+        // X25519 secret's copy are wiped when they go out of scope (`Zeroizing`).
+        let mut m = Zeroizing::new(Array::default());
         m.copy_from_slice(&coins[..32]);
         let (ct, ss_mlkem) = ek.encapsulate_deterministic(&m);
-        let mut x = [0u8; 32];
+        let ss_mlkem = Zeroizing::new(ss_mlkem);
+        let mut x = Zeroizing::new([0u8; 32]);
         x.copy_from_slice(&coins[32..]);
-        let ours = StaticSecret::from(x);
+        let ours = StaticSecret::from(*x);
         let ss_x25519 = x25519(&ours, &client_share[MLKEM_EK_LEN..])?;
         let mut share = Vec::with_capacity(SERVER_SHARE_LEN);
         share.extend_from_slice(&ct);
@@ -111,7 +116,8 @@ impl ActiveKeyExchange for ClientExchange {
         }
         let ct = Ciphertext::<MlKem768>::try_from(&server_share[..MLKEM_CT_LEN])
             .map_err(|_| TlsError::from(PeerMisbehaved::InvalidKeyShare))?;
-        let ss_mlkem = self.decaps.decapsulate(&ct);
+        // ML-KEM's shared secret comes back by value: wiped when it goes out of scope.
+        let ss_mlkem = Zeroizing::new(self.decaps.decapsulate(&ct));
         let ss_x25519 = x25519(&self.x25519, &server_share[MLKEM_CT_LEN..])?;
         Ok(secret(&ss_mlkem, &ss_x25519))
     }

@@ -54,6 +54,10 @@ pub(crate) fn block(state: &[u32; 16], counter: u32, out: &mut [u8]) {
     for ((o, w), i) in out.chunks_exact_mut(4).zip(x).zip(input) {
         o.copy_from_slice(&w.wrapping_add(i).to_le_bytes());
     }
+    // The key words and the permuted state (invertible back to the key): wiped, as in the
+    // SIMD kernels.
+    zeroize::Zeroize::zeroize(&mut input);
+    zeroize::Zeroize::zeroize(&mut x);
 }
 
 #[inline(always)]

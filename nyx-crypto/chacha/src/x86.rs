@@ -165,7 +165,7 @@ macro_rules! kernel {
         /// Eight blocks; see [`super::Simd::batch`].
         #[target_feature(enable = $features)]
         pub(super) fn batch8(state: &[u32; 16], counter: u32, job: &mut Job<'_>) -> usize {
-            let input = initial(state, counter);
+            let mut input = initial(state, counter);
             let mut x = input;
             if let Job::Xor(Xor {
                 buf,
@@ -195,6 +195,11 @@ macro_rules! kernel {
                     emit(&mut lanes, xor);
                 }
             }
+            // `input` holds the key words, and `x` was the permuted state (invertible back to
+            // the key) before the feed-forward: wipe both rather than leave them on the stack.
+            // Copies in registers and spills the compiler made are beyond our reach.
+            zeroize::Zeroize::zeroize(&mut input);
+            zeroize::Zeroize::zeroize(&mut x);
             8
         }
 
@@ -400,6 +405,11 @@ mod avx512vl {
                 emit(&mut lanes, xor);
             }
         }
+        // `input` holds the key words and `x` the permuted state, which inverts back to the key
+        // (the feed-forward went into `low`/`high`, which hold keystream): wipe both. Copies in
+        // registers and spills the compiler made are beyond our reach.
+        zeroize::Zeroize::zeroize(&mut input);
+        zeroize::Zeroize::zeroize(&mut x);
         16
     }
 

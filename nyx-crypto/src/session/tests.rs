@@ -60,17 +60,25 @@ fn ciphertext_hides_the_payload_and_differs_per_packet() {
 fn reflected_or_foreign_packets_are_refused() {
     let (mut a, mut b) = pair(RekeyPolicy::default());
     let d = seal(&mut a, T0, b"to bob");
-    assert_eq!(
-        open(&mut a, T0, &d),
-        Err(Error::AuthenticationFailed),
-        "direction keys differ"
-    );
+    // Refused by the key, or already by the epoch byte: each direction offsets it by its own
+    // key-derived byte, so a foreign one usually names an epoch the receiver does not hold.
+    let refused = |r: Result<Vec<u8>, Error>| {
+        matches!(
+            r,
+            Err(Error::AuthenticationFailed | Error::UnknownEpoch { .. })
+        )
+    };
+    assert!(refused(open(&mut a, T0, &d)), "direction keys differ");
     let other = SessionSecret::from_bytes([0x43; 32]);
     let mut stranger = Session::new(&other, Role::Responder, RekeyPolicy::default(), T0);
-    assert_eq!(
-        open(&mut stranger, T0, &d),
-        Err(Error::AuthenticationFailed)
-    );
+    assert!(refused(open(&mut stranger, T0, &d)));
+    // With the epoch byte it expects, the reflected packet still fails: the keys differ.
+    let mut shifted = d.clone();
+    shifted[0] = shifted[0]
+        .wrapping_sub(a.send_offset)
+        .wrapping_add(a.recv_offset);
+    assert_eq!(open(&mut a, T0, &shifted), Err(Error::AuthenticationFailed));
+    assert_eq!(a.recv_epoch(), 0, "refusals change nothing");
     assert!(open(&mut b, T0, &d).is_ok());
 }
 
@@ -118,6 +126,59 @@ fn packet_numbers_start_at_unrelated_key_derived_points() {
         from_a,
         "another secret, another start"
     );
+}
+
+/// The epoch byte is offset by a key-derived byte per direction: sessions started at the
+/// same moment show unrelated values (before, every session began at 0, so the byte told an
+/// observer how many 120-second epochs a link had lived). The session still follows the
+/// epochs through many steps and the wrap of the byte, in both directions.
+#[test]
+fn epoch_bytes_start_at_unrelated_key_derived_points_and_wrap() {
+    let firsts: Vec<[u8; 2]> = (1..=8u8)
+        .map(|k| {
+            let secret = SessionSecret::from_bytes([k; 32]);
+            let mut i = Session::new(&secret, Role::Initiator, RekeyPolicy::default(), T0);
+            let mut r = Session::new(&secret, Role::Responder, RekeyPolicy::default(), T0);
+            [seal(&mut i, T0, b"x")[0], seal(&mut r, T0, b"y")[0]]
+        })
+        .collect();
+    let distinct: std::collections::HashSet<u8> = firsts.iter().flatten().copied().collect();
+    assert!(distinct.len() >= 8, "16 epoch bytes, only {distinct:?}");
+    assert!(
+        firsts.iter().filter(|[i, r]| i != r).count() >= 6,
+        "the directions have their own offsets: {firsts:?}"
+    );
+
+    // Every packet a new epoch: 500 epochs, almost twice around the byte.
+    let (mut a, mut b) = pair(by_packets(1));
+    let mut previous: Option<[u8; 2]> = None;
+    for i in 0..500u32 {
+        let msg = i.to_be_bytes();
+        let to_b = seal(&mut a, T0, &msg);
+        let to_a = seal(&mut b, T0, &msg);
+        let bytes = [to_b[0], to_a[0]];
+        if let Some([pb, pa]) = previous {
+            // Stepping stays visible: the byte goes up by one per epoch, mod 256.
+            assert_eq!(
+                bytes,
+                [pb.wrapping_add(1), pa.wrapping_add(1)],
+                "packet {i}"
+            );
+        }
+        previous = Some(bytes);
+        assert_eq!(open(&mut b, T0, &to_b).unwrap(), msg, "packet {i} to b");
+        assert_eq!(open(&mut a, T0, &to_a).unwrap(), msg, "packet {i} to a");
+    }
+    assert_eq!((a.send_epoch(), b.recv_epoch()), (499, 499));
+    // Skipping epochs across a wrap (499 is 243 mod 256): 40 lost packets, then one that opens.
+    for _ in 0..40 {
+        let _lost = seal(&mut a, T0, b"lost");
+    }
+    assert_eq!(
+        open(&mut b, T0, &seal(&mut a, T0, b"back")).unwrap(),
+        b"back"
+    );
+    assert_eq!(b.recv_epoch(), 540);
 }
 
 #[test]

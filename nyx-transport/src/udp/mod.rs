@@ -2,7 +2,7 @@
 //! sessions over raw datagrams, the WireGuard-like path with the least overhead per cell.
 //!
 //! ```text
-//! 0x01 HELLO    [0x01][cookie 16][HELLO 1305]   initiator → responder (cookie zero at first)
+//! 0x01 HELLO    [0x01][cookie 16][HELLO 1265]   initiator → responder (cookie zero at first)
 //! 0x02 COOKIE   [0x02][cookie 16]               responder → initiator: "retry with this"
 //! 0x03 WELCOME  [0x03][WELCOME 65]              responder → initiator
 //! 0x04 DATA     [0x04][session datagram]        both ways: a cell (or empty: confirmation)
