@@ -812,3 +812,80 @@ fn a_client_redialling_from_the_same_address_replaces_its_link() {
         "the relay's cell did not reach the client: {ec:?}"
     );
 }
+
+/// After the handshake every datagram of a link has one size, whatever it carries: cells,
+/// a control message longer than a cell (as a CREATE), short ones (as a PING), their
+/// acknowledgements, the session's confirmation and the close.
+#[test]
+fn every_datagram_after_the_handshake_has_one_size() {
+    let (mut a, mut b) = (
+        node(1, A, UdpConfig::default()),
+        node(2, B, UdpConfig::default()),
+    );
+    connect(&mut a, &mut b);
+    let mut sizes: Vec<(u8, usize)> = Vec::new();
+    let mut received: Vec<UdpEvent> = Vec::new();
+    let mut pump = |a: &mut Node, b: &mut Node, ms: u64| {
+        let now = Timestamp::from_millis(ms);
+        for _ in 0..8 {
+            while let Some((_, d)) = a.engine.poll_transmit() {
+                sizes.push((d[0], d.len()));
+                b.engine.handle_datagram(a.addr, &d, now);
+            }
+            while let Some((_, d)) = b.engine.poll_transmit() {
+                sizes.push((d[0], d.len()));
+                a.engine.handle_datagram(b.addr, &d, now);
+            }
+        }
+        received.extend(std::iter::from_fn(|| b.engine.poll_event()));
+    };
+    pump(&mut a, &mut b, 0);
+    let create = vec![0xc5; 1229];
+    a.engine
+        .send_control(b.addr, &create, Timestamp::from_millis(1))
+        .unwrap();
+    a.engine
+        .send_control(b.addr, b"ping", Timestamp::from_millis(1))
+        .unwrap();
+    a.engine
+        .send_cell(b.addr, &[7; 1156], Timestamp::from_millis(1))
+        .unwrap();
+    a.engine
+        .send_cell(b.addr, b"short cell", Timestamp::from_millis(1))
+        .unwrap();
+    pump(&mut a, &mut b, 1);
+    assert!(
+        a.engine
+            .close(b.id.node_id(), b.addr, Timestamp::from_millis(2))
+    );
+    pump(&mut a, &mut b, 2);
+
+    let data: std::collections::HashSet<usize> = sizes
+        .iter()
+        .filter(|(t, _)| *t == 0x04)
+        .map(|(_, len)| *len)
+        .collect();
+    assert_eq!(data.len(), 1, "DATA sizes {data:?}");
+    assert!(data.contains(&1185), "{data:?}");
+    let controls: Vec<&[u8]> = received
+        .iter()
+        .filter_map(|e| match e {
+            UdpEvent::Control { data, .. } => Some(&data[..]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(controls, vec![&create[..], &b"ping"[..]]);
+    let cells: Vec<usize> = received
+        .iter()
+        .filter_map(|e| match e {
+            UdpEvent::Cell { data, .. } => Some(data.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cells, vec![1156, 10], "padding is stripped");
+    assert!(
+        received
+            .iter()
+            .any(|e| matches!(e, UdpEvent::Closed { .. }))
+    );
+}

@@ -172,7 +172,8 @@ async fn wire_check(transport: TransportKind, net: u8) {
     // Settle the handshakes and build traffic, then look only at the data phase.
     echo(&mut c, b"warm-up").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    tap.take();
+    // Link handshakes, circuit build and the first echo.
+    let setup = tap.take();
     let marker = *b"NYX-PAYLOAD-MARK";
     for i in 0..40u8 {
         let mut payload = marker.repeat(4);
@@ -255,6 +256,30 @@ async fn wire_check(transport: TransportKind, net: u8) {
         assert!(!first.is_empty() && !second.is_empty());
         let shared = first.intersection(&second).count();
         assert_eq!(shared, 0, "bytes shared across hops");
+    }
+
+    // The whole life of the links: a teardown and another build and teardown too.
+    c.close().await;
+    let mut again = t.circuit(0).await;
+    echo(&mut again, b"again").await;
+    again.close().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let teardown = tap.take();
+    if transport == TransportKind::Udp {
+        // Every datagram after the link handshakes (type 0x04, DATA) has one size: cells,
+        // CREATE/CREATED, acknowledgements, PINGs and DESTROYs alike.
+        let sizes: HashSet<usize> = [&setup, &seen, &teardown]
+            .into_iter()
+            .flatten()
+            .filter(|d| d.bytes.first() == Some(&0x04))
+            .map(|d| d.bytes.len())
+            .collect();
+        assert_eq!(sizes.len(), 1, "DATA sizes over the links' life {sizes:?}");
+        let handshakes = setup
+            .iter()
+            .filter(|d| d.bytes.first() != Some(&0x04))
+            .count();
+        assert!(handshakes > 0, "the capture covers the link handshakes");
     }
 }
 

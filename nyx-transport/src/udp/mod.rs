@@ -44,9 +44,12 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
+mod control;
 mod table;
 mod transport;
 
+use control::ControlState;
+pub use control::MAX_CONTROL_LEN;
 pub use transport::{UdpCommand, UdpSnapshot, UdpTransport};
 
 use crate::Error;
@@ -72,6 +75,10 @@ const KIND_CONTROL: u8 = 1;
 const KIND_CONTROL_ACK: u8 = 2;
 /// The sender closed the link (empty body).
 const KIND_CLOSE: u8 = 3;
+/// Confirms a new session to the responder (empty body).
+const KIND_CONFIRM: u8 = 4;
+/// DATA payload header: kind u8 ‖ body length u16.
+const PAYLOAD_HEADER: usize = 3;
 /// Control messages sent and not yet acknowledged, per link, at most.
 pub const MAX_CONTROL_IN_FLIGHT: usize = 64;
 /// Control retransmission timeout: three round trips, at least this.
@@ -97,6 +104,12 @@ pub struct UdpConfig {
     /// A link that heard nothing authenticated for this long is closed. Default 3 minutes
     /// (the overlay pings links that carry circuits every few seconds).
     pub idle_timeout: Duration,
+    /// Every DATA datagram carries at least this many body bytes, padded (default 1156: the
+    /// overlay's link cell, a circuit id and a 1152-byte onion cell): cells, control chunks,
+    /// acknowledgements, confirmations and closes all leave as datagrams of one size, so the
+    /// size does not tell circuit setup from data. Control messages are cut into chunks of
+    /// `pad_to - 4` bytes. 0 turns padding off (tests of the engine's own limits).
+    pub pad_to: usize,
     /// Longest cell carried. Default 1400 bytes (a 1152-byte onion cell plus link framing,
     /// with room). Datagram buffers come from a pool sized for it.
     pub max_cell_len: usize,
@@ -115,6 +128,7 @@ impl Default for UdpConfig {
             max_peers: 4096,
             idle_timeout: Duration::from_secs(180),
             max_cell_len: 1400,
+            pad_to: nyx_crypto::onion::CELL_LEN + 4,
             pool_bytes: 64 << 20,
         }
     }
@@ -251,16 +265,6 @@ struct Pending {
     welcome_sent: Timestamp,
 }
 
-/// A reliable, ordered control channel inside a link's session: numbered messages,
-/// cumulative acknowledgements, retransmission after a timeout.
-#[derive(Default)]
-struct ControlState {
-    next_seq: u32,
-    unacked: VecDeque<(u32, Vec<u8>, Timestamp)>,
-    expected: u32,
-    out_of_order: std::collections::BTreeMap<u32, Vec<u8>>,
-}
-
 struct Dial {
     peer: NodeId,
     peer_key: HybridPublicKey,
@@ -348,7 +352,8 @@ impl UdpEngine {
         let limiter = KeyedLimiter::new(quota, config.max_peers).map_err(|e| Error::TlsConfig {
             reason: e.to_string(),
         })?;
-        let buffer = (1 + OVERHEAD + config.max_cell_len).max(1 + COOKIE_LEN + HELLO_LEN);
+        let longest = config.max_cell_len.max(config.pad_to);
+        let buffer = (1 + OVERHEAD + PAYLOAD_HEADER + longest).max(1 + COOKIE_LEN + HELLO_LEN);
         let pool = BufferPool::new(BufPoolConfig {
             max_bytes: config.pool_bytes,
             ..BufPoolConfig::new(buffer)
@@ -430,49 +435,30 @@ impl UdpEngine {
         msg: &[u8],
         now: Timestamp,
     ) -> Result<(), Error> {
-        if msg.len() + 4 > self.config.max_cell_len {
-            return Err(Error::ControlTooLarge { len: msg.len() });
-        }
+        let room = match self.config.pad_to {
+            0 => self.config.max_cell_len,
+            pad => pad.min(self.config.max_cell_len),
+        };
+        let chunk = room.max(8) - 4;
         let link = self.links.get_mut(&addr).ok_or_else(|| Error::Link {
             reason: "no link to that address".to_string(),
         })?;
-        if link.control.unacked.len() >= MAX_CONTROL_IN_FLIGHT {
-            return Err(Error::Link {
-                reason: "control channel full (peer not acknowledging)".to_string(),
-            });
-        }
-        let seq = link.control.next_seq;
-        link.control.next_seq = seq.wrapping_add(1);
-        link.control.unacked.push_back((seq, msg.to_vec(), now));
+        let chunks = link.control.queue(msg, chunk, now)?;
         let due = now.saturating_add(control_rto(link.stats.rtt));
         self.control_due = Some(self.control_due.map_or(due, |d| d.min(due)));
-        self.send_data(addr, KIND_CONTROL, &[&seq.to_be_bytes(), msg], now)
-    }
-
-    /// An empty DATA: confirms a new session.
-    fn send_empty(&mut self, addr: SocketAddr, now: Timestamp) -> Result<(), Error> {
-        let link = self.links.get_mut(&addr).ok_or_else(|| Error::Link {
-            reason: "no link to that address".to_string(),
-        })?;
-        let mut buf = [0u8; 1 + OVERHEAD];
-        buf[0] = T_DATA;
-        let n = link
-            .session
-            .seal(now, &mut buf[1..], 0)
-            .map_err(|e| Error::Link {
-                reason: e.to_string(),
-            })?;
-        let Ok(mut pooled) = self.pool.acquire() else {
-            self.stats.dropped_no_buffer += 1;
-            return Ok(());
-        };
-        pooled.full_mut()[..1 + n].copy_from_slice(&buf[..1 + n]);
-        pooled.truncate(1 + n);
-        self.out.push_back((addr, pooled));
+        for (seq, bytes) in chunks {
+            self.send_data(addr, KIND_CONTROL, &[&seq.to_be_bytes(), &bytes], now)?;
+        }
         Ok(())
     }
 
-    /// Seal `kind || parts` as one DATA datagram to `addr`.
+    /// A DATA that confirms a new session.
+    fn send_empty(&mut self, addr: SocketAddr, now: Timestamp) -> Result<(), Error> {
+        self.send_data(addr, KIND_CONFIRM, &[], now)
+    }
+
+    /// Seal `kind ‖ len ‖ parts ‖ padding` as one DATA datagram to `addr` (padded to
+    /// `pad_to` body bytes).
     fn send_data(
         &mut self,
         addr: SocketAddr,
@@ -480,13 +466,17 @@ impl UdpEngine {
         parts: &[&[u8]],
         now: Timestamp,
     ) -> Result<(), Error> {
-        let len = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
-        if len > 1 + self.config.max_cell_len {
-            return Err(Error::CellTooLarge {
-                len: len - 1,
-                max: self.config.max_cell_len,
-            });
-        }
+        let body = parts.iter().map(|p| p.len()).sum::<usize>();
+        let body_len = match u16::try_from(body) {
+            Ok(n) if body <= self.config.max_cell_len => n,
+            _ => {
+                return Err(Error::CellTooLarge {
+                    len: body,
+                    max: self.config.max_cell_len,
+                });
+            }
+        };
+        let len = PAYLOAD_HEADER + body.max(self.config.pad_to);
         let Some(link) = self.links.get_mut(&addr) else {
             self.stats.dropped_no_link += 1;
             return Err(Error::Link {
@@ -503,11 +493,14 @@ impl UdpEngine {
         full[0] = T_DATA;
         let mut at = 1 + HEADER_LEN;
         full[at] = kind;
-        at += 1;
+        full[at + 1..at + PAYLOAD_HEADER].copy_from_slice(&body_len.to_be_bytes());
+        at += PAYLOAD_HEADER;
         for part in parts {
             full[at..at + part.len()].copy_from_slice(part);
             at += part.len();
         }
+        // The pooled buffer may hold an earlier datagram's bytes.
+        full[at..1 + HEADER_LEN + len].fill(0);
         let n = link
             .session
             .seal(now, &mut full[1..1 + OVERHEAD + len], len)
@@ -923,12 +916,19 @@ impl UdpEngine {
             self.events
                 .push_back(UdpEvent::Connected { peer, addr: from });
         }
-        if range.is_empty() {
-            return true; // a confirmation
+        // kind ‖ len ‖ body ‖ padding
+        let declared = match buf.get(range.start..range.start + PAYLOAD_HEADER) {
+            Some(&[_, a, b]) => usize::from(u16::from_be_bytes([a, b])),
+            _ => usize::MAX,
+        };
+        if declared > range.len().saturating_sub(PAYLOAD_HEADER) {
+            self.stats.dropped_malformed += 1;
+            return true;
         }
         let kind = buf[range.start];
-        let body = range.start + 1..range.end;
+        let body = range.start + PAYLOAD_HEADER..range.start + PAYLOAD_HEADER + declared;
         match kind {
+            KIND_CONFIRM => {} // its authentication is all it says
             KIND_CELL => {
                 self.stats.cells_in += 1;
                 link.stats.cells_in += 1;
@@ -945,21 +945,17 @@ impl UdpEngine {
                     buf[body.start + 2],
                     buf[body.start + 3],
                 ]);
-                let msg = buf[body.start + 4..body.end].to_vec();
                 let c = &mut link.control;
-                let ahead = seq.wrapping_sub(c.expected);
-                if ahead == 0 {
-                    self.events.push_back(UdpEvent::Control { peer, data: msg });
-                    c.expected = c.expected.wrapping_add(1);
-                    while let Some(next) = c.out_of_order.remove(&c.expected) {
-                        self.events
-                            .push_back(UdpEvent::Control { peer, data: next });
-                        c.expected = c.expected.wrapping_add(1);
+                match c.receive(seq, &buf[body.start + 4..body.end]) {
+                    Ok(messages) => {
+                        for data in messages {
+                            self.events.push_back(UdpEvent::Control { peer, data });
+                        }
                     }
-                } else if (ahead as usize) < MAX_CONTROL_IN_FLIGHT {
-                    c.out_of_order.insert(seq, msg);
-                } // else: a duplicate of a delivered message (or garbage from the peer)
-                let ack = c.expected.to_be_bytes();
+                    // The peer framed its stream wrongly; its messages are lost.
+                    Err(_) => self.stats.dropped_malformed += 1,
+                }
+                let ack = c.expected().to_be_bytes();
                 let _ = self.send_data(from, KIND_CONTROL_ACK, &[&ack], now);
             }
             KIND_CONTROL_ACK if body.len() == 4 => {
@@ -970,12 +966,7 @@ impl UdpEngine {
                     buf[body.start + 3],
                 ]);
                 // Everything before `next` arrived.
-                let c = &mut link.control;
-                while c.unacked.front().is_some_and(|(seq, _, _)| {
-                    next.wrapping_sub(*seq).wrapping_sub(1) < MAX_CONTROL_IN_FLIGHT as u32
-                }) {
-                    c.unacked.pop_front();
-                }
+                link.control.acked(next);
             }
             KIND_CLOSE if body.is_empty() => self.closed_by_peer(from, now),
             _ => self.stats.dropped_malformed += 1,
