@@ -61,6 +61,8 @@ pub struct NodeStats {
     pub command_queue: usize,
     /// Datagrams waiting for the UDP transport's socket task now (0 over QUIC).
     pub udp_send_queue: usize,
+    /// What became of incoming QUIC connection attempts (all zero over UDP).
+    pub quic_admission: nyx_transport::admission::AdmissionStats,
 }
 
 /// What handles ask of the driver.

@@ -231,6 +231,11 @@ impl Driver {
                     inbound_queue: depth(&self.inbound_tx),
                     command_queue: depth(&self.commands_tx),
                     udp_send_queue: self.udp.as_ref().map_or(0, depth),
+                    quic_admission: self
+                        .quic
+                        .as_ref()
+                        .map(|q| q.admission_stats())
+                        .unwrap_or_default(),
                 });
             }
             Command::Guards(reply) => {
