@@ -11,10 +11,13 @@
 //!    sources never come back with it.
 //! 2. **Per-source limit.** Attempts per source prefix (IPv4 /24, IPv6 /48) are limited
 //!    (`per_source` a second, nyx-core `KeyedLimiter`), so one network cannot take every
-//!    handshake slot.
+//!    handshake slot. Validated and unvalidated attempts have separate budgets, and an
+//!    unvalidated attempt over its budget gets a Retry, not a refusal: a spoofer who sends
+//!    in a victim's prefix only makes the victim's diallers prove their address (one round
+//!    trip more), never locks them out.
 //! 3. **Handshakes in progress** are capped at `max_handshakes`; beyond that an attempt is
-//!    dropped unanswered (a slow or silent dialler holds a slot only until quinn's handshake
-//!    timeout).
+//!    dropped unanswered. A slot is held for the cryptographic handshake only (until quinn
+//!    completes it or gives up); the control-stream step after it has its own deadline.
 //!
 //! Refused attempts get no answer at all (nothing to reflect at a spoofed victim). Each
 //! outcome is counted ([`AdmissionStats`]).
@@ -34,7 +37,9 @@ pub struct AdmissionConfig {
     /// Attempts per second across all sources above which unvalidated sources get a Retry.
     /// Default 64; 0 always validates.
     pub retry_threshold: u32,
-    /// Attempts per second from one source prefix (IPv4 /24, IPv6 /48). Default 10.
+    /// Attempts per second from one source prefix (IPv4 /24, IPv6 /48), unvalidated and
+    /// validated each (so up to twice this from a network that answers Retries). Default
+    /// 10.
     pub per_source: u32,
     /// Handshakes in progress at once, at most. Default 256.
     pub max_handshakes: usize,
@@ -80,7 +85,7 @@ pub struct AdmissionStats {
     pub accepted: u64,
     /// Retries sent (address validation asked for).
     pub retries: u64,
-    /// Attempts dropped by the per-source limit.
+    /// Validated attempts dropped by the per-source limit.
     pub refused_source_rate: u64,
     /// Attempts dropped because too many handshakes were in progress.
     pub refused_busy: u64,
@@ -90,7 +95,10 @@ pub struct AdmissionStats {
 #[derive(Debug)]
 pub struct Admission {
     config: AdmissionConfig,
-    limiter: KeyedLimiter<IpPrefix>,
+    /// Attempts from addresses QUIC has validated, per prefix.
+    validated: KeyedLimiter<IpPrefix>,
+    /// Attempts from addresses not validated, per prefix (over it: a Retry).
+    unvalidated: KeyedLimiter<IpPrefix>,
     /// (Unix second, attempts in it).
     second: (u64, u32),
     handshakes: Arc<AtomicUsize>,
@@ -114,10 +122,11 @@ impl Admission {
             reason: format!("admission: {e}"),
         };
         let quota = Quota::per_second(config.per_source.max(1)).map_err(invalid)?;
-        let limiter = KeyedLimiter::new(quota, config.max_sources.max(1)).map_err(invalid)?;
+        let limiter = || KeyedLimiter::new(quota, config.max_sources.max(1)).map_err(invalid);
         Ok(Admission {
             config,
-            limiter,
+            validated: limiter()?,
+            unvalidated: limiter()?,
             second: (0, 0),
             handshakes: Arc::new(AtomicUsize::new(0)),
             stats: AdmissionStats::default(),
@@ -141,12 +150,12 @@ impl Admission {
         let in_progress = self.handshakes.load(Ordering::Relaxed);
         let loaded = self.second.1 > self.config.retry_threshold
             || in_progress >= self.config.max_handshakes / 2;
-        if loaded && !validated {
+        let prefix = IpPrefix::of(from.ip(), 24, 48);
+        if !validated && (loaded || self.unvalidated.check(&prefix, now).is_err()) {
             self.stats.retries += 1;
             return (Verdict::Retry, None);
         }
-        let prefix = IpPrefix::of(from.ip(), 24, 48);
-        if self.limiter.check(&prefix, now).is_err() {
+        if validated && self.validated.check(&prefix, now).is_err() {
             self.stats.refused_source_rate += 1;
             return (Verdict::Refuse(Refusal::SourceRate), None);
         }
@@ -250,5 +259,22 @@ mod tests {
             .collect();
         let (v, _) = a.decide(addr("198.51.102.1:1"), false, at(200));
         assert_eq!(v, Verdict::Retry);
+    }
+
+    /// A spoofer sending in a victim's prefix, under the load threshold: the victim's
+    /// unvalidated attempts get a Retry, and once validated it gets its handshake.
+    #[test]
+    fn spoofed_attempts_in_a_prefix_cannot_lock_its_diallers_out() {
+        let mut a = Admission::new(AdmissionConfig::default()).unwrap();
+        let mut slots = Vec::new();
+        for port in 0..30u16 {
+            let spoofed = SocketAddr::from(([203, 0, 113, 9], port));
+            slots.extend(a.decide(spoofed, false, at(10)).1);
+        }
+        assert_eq!(slots.len(), 10, "the unvalidated budget of the prefix");
+        let victim = addr("203.0.113.77:5000");
+        assert_eq!(a.decide(victim, false, at(20)).0, Verdict::Retry);
+        assert_eq!(a.decide(victim, true, at(40)).0, Verdict::Accept);
+        assert_eq!(a.stats().refused_source_rate, 0);
     }
 }

@@ -271,6 +271,9 @@ impl QuicEndpoint {
     }
 }
 
+/// How long an accepted dialler has, after the handshake, to open its control stream.
+const STREAM_DEADLINE: Duration = Duration::from_secs(10);
+
 /// A connection attempt whose handshake has not finished yet.
 #[derive(Debug)]
 pub struct IncomingLink {
@@ -282,7 +285,20 @@ pub struct IncomingLink {
 impl IncomingLink {
     /// Finish the handshake: the link, with its dialler's identity verified.
     pub async fn complete(self) -> Result<QuicLink, Error> {
-        let conn = self.incoming.await.map_err(connection_error)?;
+        let IncomingLink { incoming, _slot } = self;
+        let conn = incoming.await.map_err(connection_error)?;
+        // The expensive part is over: the slot goes back. The stream step that follows has
+        // a deadline, so a dialler that stops after the handshake holds nothing long.
+        drop(_slot);
+        let opened = tokio::time::timeout(STREAM_DEADLINE, Self::open_link(conn)).await;
+        opened.unwrap_or_else(|_| {
+            Err(Error::Link {
+                reason: "the dialler opened no control stream in time".to_string(),
+            })
+        })
+    }
+
+    async fn open_link(conn: quinn::Connection) -> Result<QuicLink, Error> {
         let peer = conn
             .peer_identity()
             .and_then(|any| {

@@ -73,7 +73,9 @@ async fn one_prefix_gets_its_share_and_a_dialler_from_elsewhere_still_gets_a_lin
     let (id, r) = relay(2, "127.0.71.1", strict);
     serve(r.clone());
     let to = r.local_addr().unwrap();
-    // Eight diallers from one /24 at once: three handshakes, the rest dropped unanswered.
+    // Eight diallers from one /24 at once: three handshakes; the other five are asked to
+    // prove their address (a Retry), and of those three more get a handshake, from the
+    // prefix's budget for validated attempts; the last two are dropped unanswered.
     let mut attempts = tokio::task::JoinSet::new();
     for h in 2..10 {
         let c = client(&format!("127.0.71.{h}"));
@@ -87,9 +89,10 @@ async fn one_prefix_gets_its_share_and_a_dialler_from_elsewhere_still_gets_a_lin
         });
     }
     let linked = attempts.join_all().await.into_iter().filter(|l| *l).count();
-    assert_eq!(linked, 3);
+    assert_eq!(linked, 6);
     let stats = r.admission_stats();
-    assert!(stats.refused_source_rate >= 5, "{stats:?}");
+    assert!(stats.retries >= 5, "{stats:?}");
+    assert!(stats.refused_source_rate >= 2, "{stats:?}");
     // Another network is not held up.
     let other = client("127.0.72.2");
     let link = tokio::time::timeout(Duration::from_secs(20), other.connect(id.node_id(), to))

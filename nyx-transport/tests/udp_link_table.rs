@@ -233,8 +233,8 @@ fn idle_and_unconfirmed_links_leave_the_table() {
     assert!(r.engine.send_cell(a.addr, b"late", t0).is_err());
 }
 
-/// Either end closes a link: the other is told inside the session and reports it; the
-/// closing end reports nothing, and a new handshake makes a new link.
+/// Either end closes a link: the other is told inside the session, both report it, and a
+/// new handshake makes a new link.
 #[test]
 fn a_closed_link_ends_at_both_ends_and_can_be_made_again() {
     let mut r = relay(1, RELAY, UdpConfig::default());
@@ -255,7 +255,14 @@ fn a_closed_link_ends_at_both_ends_and_can_be_made_again() {
             addr: r.addr
         }]
     );
-    assert!(drain(&mut r.engine).is_empty());
+    assert_eq!(
+        drain(&mut r.engine),
+        vec![UdpEvent::Closed {
+            peer: a.id,
+            addr: a.addr
+        }],
+        "the closing end reports it too"
+    );
     assert_eq!(r.engine.stats().links_closed, 1);
     assert_eq!(a.engine.stats().links_closed, 1);
     let later = now.saturating_add(Duration::from_secs(1));
@@ -263,4 +270,56 @@ fn a_closed_link_ends_at_both_ends_and_can_be_made_again() {
     a.engine.send_cell(r.addr, b"again", later).unwrap();
     pump(&mut a.engine, from, &mut r, later);
     assert!(matches!(&drain(&mut r.engine)[..], [UdpEvent::Cell { .. }]));
+}
+
+/// A full table does not evict a handshake younger than `handshake_timeout` for another:
+/// its WELCOME may still be on its way, and the dialler would be left with a link the
+/// relay forgot. The newcomer is refused; the young handshake completes.
+#[test]
+fn a_young_handshake_is_not_evicted_for_a_newcomer() {
+    let config = UdpConfig {
+        max_peers: 1,
+        ..UdpConfig::default()
+    };
+    let mut r = relay(1, RELAY, config);
+    let mut a = relay(2, "198.51.100.2:9000", UdpConfig::default());
+    let mut b = relay(3, "198.51.100.3:9000", UdpConfig::default());
+    let now = Timestamp::from_millis(1000);
+    a.engine.connect(r.id, r.key.clone(), r.addr, now).unwrap();
+    let (_, hello_a) = a.engine.poll_transmit().unwrap();
+    r.engine.handle_datagram(a.addr, &hello_a, now);
+    let (_, welcome_a) = r.engine.poll_transmit().unwrap();
+    // b's HELLO arrives while a's WELCOME travels.
+    b.engine.connect(r.id, r.key.clone(), r.addr, now).unwrap();
+    let (_, hello_b) = b.engine.poll_transmit().unwrap();
+    r.engine.handle_datagram(b.addr, &hello_b, now);
+    // The crowded table asks b for a cookie; b answers; still no WELCOME for b.
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        while let Some((_, d)) = r.engine.poll_transmit() {
+            answers.push(d[0]);
+            b.engine.handle_datagram(r.addr, &d, now);
+        }
+        while let Some((_, d)) = b.engine.poll_transmit() {
+            r.engine.handle_datagram(b.addr, &d, now);
+        }
+    }
+    assert!(answers.contains(&0x02), "a COOKIE: {answers:?}");
+    assert!(
+        !answers.contains(&0x03),
+        "no WELCOME for b: {answers:?} {:?}",
+        r.engine.stats()
+    );
+    assert_eq!(r.engine.stats().links_evicted, 0);
+    a.engine.handle_datagram(r.addr, &welcome_a, now);
+    let from = a.addr;
+    let events = pump(&mut a.engine, from, &mut r, now);
+    assert!(
+        matches!(events[..], [UdpEvent::Connected { .. }]),
+        "{events:?}"
+    );
+    assert!(matches!(
+        drain(&mut r.engine)[..],
+        [UdpEvent::Connected { .. }]
+    ));
 }

@@ -258,19 +258,21 @@ async fn handle(
         Ok(Err(e)) => return fail(&mut conn, reply_for_error(&e), c).await,
         Err(_) => return fail(&mut conn, Reply::TtlExpired, c).await,
     };
+    // Listed (and closable) through the control API while it lasts: from before the client
+    // hears of it, so a client that asks the API right after its reply finds it.
+    let ticket = streams
+        .map(|streams| streams.register(StreamSource::Socks, &target, stream.path().to_vec()));
     if conn
         .write_all(&proto::encode_reply(Reply::Succeeded))
         .await
         .is_err()
     {
-        // The client left: dropping the stream resets it.
+        // The client left: dropping the stream resets it (and the ticket unlists it).
         return c.count(Event::Aborted);
     }
     c.count(Event::Replied(Reply::Succeeded));
-    match streams {
-        Some(streams) => {
-            // Listed (and closable) through the control API while it lasts.
-            let ticket = streams.register(StreamSource::Socks, &target, stream.path().to_vec());
+    match ticket {
+        Some(ticket) => {
             tokio::select! {
                 () = relay(Counted::new(conn, &ticket), stream, &accepted.early) => {}
                 () = ticket.closed() => {}

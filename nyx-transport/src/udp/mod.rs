@@ -169,8 +169,8 @@ pub enum UdpEvent {
         /// The message.
         data: Vec<u8>,
     },
-    /// A link is gone: idle for `idle_timeout`, closed by the peer, or evicted to make
-    /// room (never reported for a link this node closed with [`UdpEngine::close`]).
+    /// A link is gone: idle for `idle_timeout`, closed by either end
+    /// ([`UdpEngine::close`]), or evicted to make room.
     Closed {
         /// Its peer.
         peer: NodeId,
@@ -708,7 +708,7 @@ impl UdpEngine {
         }
         self.hello_second.1 = self.hello_second.1.saturating_add(1);
         // Also while the table is three quarters full: spoofed sources then add nothing.
-        let crowded = self.links.len() + self.dials.len() >= self.config.max_peers / 4 * 3;
+        let crowded = self.links.len() + self.dials.len() >= (self.config.max_peers / 4 * 3).max(1);
         let loaded = self.hello_second.1 > self.config.cookie_threshold || crowded;
         if loaded && !self.cookie_valid(from, cookie) {
             let cookie = cookie_for(&self.cookie_key, from);
@@ -721,10 +721,11 @@ impl UdpEngine {
             self.stats.rate_limited += 1;
             return;
         }
-        if !self.links.contains_key(&from) && !self.make_room(now) {
+        let known = self.links.contains_key(&from);
+        let Some(make_room) = (if known { Some(None) } else { self.room(now) }) else {
             self.stats.handshakes_failed += 1;
             return;
-        }
+        };
         match LinkResponder::new(node, &self.link_keys).respond(
             hello,
             &mut self.replay,
@@ -757,6 +758,9 @@ impl UdpEngine {
                         }
                     }
                     None => {
+                        if let Some(old) = make_room {
+                            self.evict(old, now);
+                        }
                         self.links.insert(
                             from,
                             Link {

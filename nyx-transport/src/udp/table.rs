@@ -9,11 +9,13 @@
 //!   the session (authenticated and replay-protected like a cell), and reports
 //!   [`UdpEvent::Closed`]. A confirmed link closed for idleness or evicted is closed the same
 //!   way, so its peer redials instead of sending into a link that is gone.
-//! * When the table is full, a new HELLO makes room instead of being refused: the oldest
-//!   unconfirmed link goes first, then the link quiet the longest, if it has been quiet for
-//!   [`MIN_QUIET_TO_EVICT`]. Only a table full of links all heard within that time refuses a
-//!   newcomer: a real capacity limit, which spoofed sources cannot reach (their links are
-//!   never confirmed, so they are always the first to go).
+//! * When the table is full, a new HELLO makes room instead of being refused, once it has
+//!   proved to be a handshake (decapsulated): the oldest unconfirmed link older than
+//!   `handshake_timeout` goes first, then the link quiet the longest, if it has been quiet
+//!   for [`MIN_QUIET_TO_EVICT`]. Only a table full of links all heard within that time (or
+//!   handshakes younger than that) refuses a newcomer: a real capacity limit, which spoofed
+//!   sources cannot reach (their links are never confirmed, so they go first once their
+//!   WELCOME has had time to come back).
 //!
 //! Memory: a link holds its session (keys and replay window, about 300 bytes), its counters,
 //! at most [`MAX_PENDING`](super::MAX_PENDING) waiting sessions and its control channel's
@@ -51,8 +53,8 @@ enum Gone {
 impl UdpEngine {
     /// Close the link to `peer` at `addr`: tell the peer (a CLOSE inside the session) and
     /// forget the link. False if `addr` has no link to `peer` (it may have been replaced by
-    /// a newer handshake from that address, which stays). No [`UdpEvent::Closed`] is
-    /// reported for a link this node closes.
+    /// a newer handshake from that address, which stays). [`UdpEvent::Closed`] is reported
+    /// as for any link that leaves.
     pub fn close(&mut self, peer: nyx_core::NodeId, addr: SocketAddr, now: Timestamp) -> bool {
         if self.links.get(&addr).is_none_or(|l| l.peer != peer) {
             return false;
@@ -89,16 +91,22 @@ impl UdpEngine {
         }
     }
 
-    /// Make room for one more link if the table is full; false if every entry is in use.
-    pub(super) fn make_room(&mut self, now: Timestamp) -> bool {
+    /// Whether a HELLO from a new address may have a link: `Some(None)` if the table has
+    /// room, `Some(Some(addr))` if the link at `addr` would make room, `None` if every entry
+    /// is in use. Nothing is evicted yet: [`evict`](Self::evict) does that once the HELLO
+    /// has proved to be a handshake. An unconfirmed link younger than `handshake_timeout`
+    /// is in use (its WELCOME may be on its way back).
+    pub(super) fn room(&self, now: Timestamp) -> Option<Option<SocketAddr>> {
         if self.links.len() + self.dials.len() < self.config.max_peers {
-            return true;
+            return Some(None);
         }
+        let young = self.config.handshake_timeout;
         let unconfirmed = self
             .links
             .iter()
             .filter(|(_, l)| !l.confirmed)
             .min_by_key(|(_, l)| l.handshake_sent)
+            .filter(|(_, l)| now >= l.handshake_sent.saturating_add(young))
             .map(|(a, _)| *a);
         let quietest = || {
             self.links
@@ -108,13 +116,12 @@ impl UdpEngine {
                 .filter(|(_, l)| now >= l.last_heard.saturating_add(MIN_QUIET_TO_EVICT))
                 .map(|(a, _)| *a)
         };
-        match unconfirmed.or_else(quietest) {
-            Some(addr) => {
-                self.forget(addr, Gone::Evicted, now);
-                true
-            }
-            None => false,
-        }
+        unconfirmed.or_else(quietest).map(Some)
+    }
+
+    /// Evict the link at `addr` to make room (see [`room`](Self::room)).
+    pub(super) fn evict(&mut self, addr: SocketAddr, now: Timestamp) {
+        self.forget(addr, Gone::Evicted, now);
     }
 
     /// How long a responder's link may wait for the DATA that confirms it.
@@ -140,8 +147,10 @@ impl UdpEngine {
             Gone::Closed | Gone::ClosedByPeer => self.stats.links_closed += 1,
         }
         tracing::debug!(peer = %Redacted(link.peer), reason = ?why, "udp link removed");
-        // Only a link the node was told of is reported; one it closed itself it knows of.
-        if link.confirmed && !matches!(why, Gone::Closed) {
+        // Every link the node was told of is reported, even one it closed itself: by the
+        // time the close is carried out the address may hold a newer link of the same peer
+        // that the node took up, and must now let go of.
+        if link.confirmed {
             self.events.push_back(UdpEvent::Closed {
                 peer: link.peer,
                 addr,

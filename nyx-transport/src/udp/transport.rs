@@ -154,7 +154,10 @@ impl Addressing {
             return from;
         };
         let local = local.to_canonical();
-        if datagram.first() == Some(&super::T_HELLO) {
+        // Only a datagram of a HELLO's exact length: a forged short one from a known peer's
+        // source cannot redirect the answer to that peer's real HELLO so cheaply.
+        let hello_len = 1 + super::COOKIE_LEN + nyx_crypto::link::HELLO_LEN;
+        if datagram.first() == Some(&super::T_HELLO) && datagram.len() == hello_len {
             if self.hello_to.len() >= self.max_entries && !self.hello_to.contains_key(&from) {
                 // Answers to handshakes in flight fall back to the peers' other entries.
                 self.hello_to.clear();
@@ -498,7 +501,11 @@ mod tests {
     use super::*;
 
     const DATA: &[u8] = &[super::super::T_DATA];
-    const HELLO: &[u8] = &[super::super::T_HELLO];
+    const HELLO: &[u8] = &{
+        let mut hello = [0u8; 1 + super::super::COOKIE_LEN + nyx_crypto::link::HELLO_LEN];
+        hello[0] = super::super::T_HELLO;
+        hello
+    };
     const WELCOME: &[u8] = &[super::super::T_WELCOME];
     const COOKIE: &[u8] = &[super::super::T_COOKIE];
 

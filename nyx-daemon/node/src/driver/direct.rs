@@ -168,8 +168,11 @@ impl Driver {
             advertised,
         };
         let waiting = self.direct.probes.entry(relay).or_default();
+        // One dial per address waited for (a newer descriptor may name another; the dial
+        // goes to the address remembered last, this one).
+        let dialling = waiting.iter().any(|p| p.advertised == advertised);
         waiting.push(probe);
-        if waiting.len() == 1 && !self.dial_addr(relay) {
+        if !dialling && !self.dial_addr(relay) {
             self.probe_failed(relay);
         }
     }

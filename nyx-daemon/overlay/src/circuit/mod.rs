@@ -76,7 +76,8 @@ pub struct OverlayConfig {
     pub circuit_cells: Quota,
     /// CREATEs a peer may send. Default 10/s, burst 20.
     pub circuit_creates: Quota,
-    /// CREATEs answered from all peers together: each costs a hybrid decapsulation, and
+    /// CREATEs (not CREATE_FASTs) answered from all peers together: each costs a hybrid
+    /// decapsulation, and
     /// peers (client links) are free to mint, so this bounds the CPU CREATEs take. Default
     /// 500/s (a few percent of one core), burst 1000.
     pub all_creates: Quota,

@@ -67,7 +67,7 @@ impl Overlay {
         create: &[u8; CREATE_LEN],
         now: Timestamp,
     ) {
-        if !self.may_create(from, circ, now) {
+        if !self.may_create(from, circ, true, now) {
             return;
         }
         let responder = HopResponder::new(self.me, self.onion_keys.keys());
@@ -93,7 +93,7 @@ impl Overlay {
         create: &[u8; FAST_CREATE_LEN],
         now: Timestamp,
     ) {
-        if !self.may_create(from, circ, now) {
+        if !self.may_create(from, circ, false, now) {
             return;
         }
         match fast_hop::respond(self.me, create) {
@@ -110,8 +110,9 @@ impl Overlay {
     }
 
     /// Whether a CREATE on `circ` from `from` passes the slot, rate and circuit limits; if
-    /// not, it was refused with DESTROY.
-    fn may_create(&mut self, from: NodeId, circ: u32, now: Timestamp) -> bool {
+    /// not, it was refused with DESTROY. `costly`: a hybrid decapsulation follows (a CREATE;
+    /// a CREATE_FAST costs a hash), so it counts against the limit across all peers too.
+    fn may_create(&mut self, from: NodeId, circ: u32, costly: bool, now: Timestamp) -> bool {
         if !self.config.relay {
             self.refuse_create(from, circ, DestroyReason::Protocol, now);
             return false;
@@ -123,7 +124,9 @@ impl Overlay {
             self.refuse_create(from, circ, DestroyReason::Protocol, now);
             return false;
         }
-        if self.create_limiter.check(&from, now).is_err() || self.all_creates.check(now).is_err() {
+        if self.create_limiter.check(&from, now).is_err()
+            || (costly && self.all_creates.check(now).is_err())
+        {
             self.shared.stats.creates_rate_limited += 1;
             self.refuse_create(from, circ, DestroyReason::ResourceLimit, now);
             return false;
