@@ -2,7 +2,8 @@
 //!
 //! The cipher itself is [`nyx_chacha`] (NyxNet's implementation: eight or sixteen ChaCha20
 //! blocks at a time in AVX2 or AVX-512VL registers, chosen at run time, with Poly1305
-//! absorbed between the rounds; portable Rust elsewhere). This module holds the key type
+//! absorbed between the rounds; elsewhere RustCrypto's `chacha20` keystream, NEON on AArch64,
+//! and nyx-chacha's scalar Poly1305). This module holds the key type
 //! nyx-crypto passes around and the compositions the onion layers use. The composition is
 //! RFC 8439's: the one-time Poly1305 key is the first 32 bytes of keystream block 0, the
 //! message is encrypted from block 1 on, and the tag covers

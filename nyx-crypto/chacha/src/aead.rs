@@ -2,32 +2,16 @@
 //! first 32 bytes of keystream block 0, the message is encrypted from block 1 on, and the tag
 //! covers `aad || pad16 || ciphertext || pad16 || le64(len(aad)) || le64(len(ciphertext))`.
 //!
-//! The message is processed in chunks of one batch of keystream (8 or 16 blocks, as the
-//! kernel computes them; the first chunk is one block shorter, because block 0 is the
-//! Poly1305 key), and the kernel XORs each batch into the message itself ([`Job::Xor`]):
-//! the keystream never goes through a buffer, except block 0 (the key) and a short last
-//! lane. While the kernel computes the keystream of chunk `i + 1`, Poly1305 absorbs chunk
-//! `i` between its rounds: on seal that is ciphertext just written, so only the last chunk's
-//! Poly1305 blocks run alone. Open has all the ciphertext from the start, but its first
-//! batch cannot carry the MAC (its block 0 is the key), so that batch is kept; every later
-//! batch absorbs the ciphertext not yet absorbed up to the end of its own chunk (the first
-//! chunk's included) between its rounds, then decrypts its chunk, and the first chunk is
-//! decrypted from the kept batch at the end. Nothing is decrypted before it is absorbed.
-//!
-//! Open decrypts while it authenticates; if the tag then fails, the keystream is applied
-//! again, so the caller's buffer is left exactly as it was.
-
-use std::ops::Range;
+//! Each operation goes to the backend's implementation: the x86-64 kernels with Poly1305
+//! stitched between their rounds (`stitched.rs`), or the portable one (`portable.rs`). Both
+//! leave the caller's buffer as it was when a tag fails.
 
 use subtle::ConstantTimeEq;
-use zeroize::Zeroizing;
 
-use crate::backend::{
-    Backend, Batch, Job, Kernel, Lane, MAC_BATCH_BLOCKS, SPILL, Xor, blocks_for, xor_lanes,
-};
-use crate::chacha20::{ChaCha20, state};
-use crate::poly1305::{BLOCK, Poly1305};
-use crate::{Error, KEY_LEN, MAX_MESSAGE_LEN, NONCE_LEN, TAG_LEN};
+use crate::backend::{Backend, Kernel};
+use crate::chacha20::ChaCha20;
+use crate::poly1305::Poly1305;
+use crate::{Error, KEY_LEN, MAX_MESSAGE_LEN, NONCE_LEN, TAG_LEN, portable};
 
 /// Encrypt `buf` in place and return the tag over `aad` and the ciphertext, on the fastest
 /// backend. A (key, nonce) pair must never seal two messages.
@@ -49,70 +33,19 @@ pub fn seal_in_place_with(
     buf: &mut [u8],
 ) -> Result<[u8; TAG_LEN], Error> {
     check_len(buf.len())?;
-    let kernel = backend.kernel();
-    let state = Zeroizing::new(state(key, nonce));
-    Ok(if wide_batches(kernel, 64 + buf.len()) {
-        seal::<WIDE>(kernel, &state, aad, buf)
-    } else {
-        seal::<NARROW>(kernel, &state, aad, buf)
+    Ok(match backend.kernel() {
+        Kernel::Portable => portable::seal(key, nonce, aad, buf),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Simd(kernel) => {
+            use crate::stitched::{NARROW, WIDE, seal, wide_batches};
+            let state = zeroize::Zeroizing::new(crate::chacha20::simd::state(key, nonce));
+            if wide_batches(kernel, 64 + buf.len()) {
+                seal::<WIDE>(kernel, &state, aad, buf)
+            } else {
+                seal::<NARROW>(kernel, &state, aad, buf)
+            }
+        }
     })
-}
-
-/// Seal with keystream batches of up to `LANES / 2` blocks, each XORed into the message
-/// by the kernel that computes it.
-fn seal<const LANES: usize>(
-    kernel: Kernel,
-    state: &[u32; 16],
-    aad: &[u8],
-    buf: &mut [u8],
-) -> [u8; TAG_LEN] {
-    let len = buf.len();
-    // Block 0 (the MAC key), and the keystream of a short last lane.
-    let (mut head, mut spill) = (Batch::<2>::new(), Batch::<SPILL>::new());
-    let mut job = Job::Xor(Xor {
-        head: Some(&mut head.0),
-        buf,
-        at: 0,
-        spill: &mut spill.0,
-        mac: None,
-    });
-    let held = kernel.batch(state, 0, blocks_for(64 + len).min(LANES / 2), &mut job);
-    let mut pending = 0..len.min(held * 64 - 64);
-    short_lane(kernel, &spill.0, buf, &pending);
-    let mut mac = mac_from(&head.0[0]);
-    mac.update_padded(aad);
-    let mut counter = held as u32;
-    while pending.end < len {
-        // `pending` is whole batches here: whole Poly1305 blocks.
-        let at = pending.end;
-        let mut job = Job::Xor(Xor {
-            head: None,
-            buf,
-            at,
-            spill: &mut spill.0,
-            mac: Some((&mut mac, pending)),
-        });
-        let held = kernel.batch(
-            state,
-            counter,
-            blocks_for(len - at).min(LANES / 2),
-            &mut job,
-        );
-        pending = at..len.min(at + held * 64);
-        short_lane(kernel, &spill.0, buf, &pending);
-        counter = counter.wrapping_add(held as u32);
-    }
-    kernel.absorb(&mut mac, &buf[pending]);
-    tag_with_lengths(&mut mac, aad.len(), len)
-}
-
-/// After an [`Xor`] batch has XORed the whole lanes of `buf[chunk]`, XOR a short last lane
-/// from the batch's spill.
-fn short_lane(kernel: Kernel, spill: &[Lane], buf: &mut [u8], chunk: &Range<usize>) {
-    let whole = chunk.start + (chunk.end - chunk.start) / 32 * 32;
-    if whole < chunk.end {
-        xor_lanes(kernel, spill, 0, &mut buf[whole..chunk.end]);
-    }
 }
 
 /// Check `tag` over `aad` and the ciphertext in `buf` and decrypt `buf` in place, on the
@@ -152,100 +85,27 @@ pub fn open_in_place_with_tail(
     tail: &mut [u8],
 ) -> Result<(), Error> {
     check_len(buf.len())?;
-    let kernel = backend.kernel();
-    let state = Zeroizing::new(state(key, nonce));
-    if wide_batches(kernel, 64 + buf.len() + tail.len()) {
-        open::<WIDE>(kernel, state, aad, buf, tag, tail)
-    } else {
-        open::<NARROW>(kernel, state, aad, buf, tag, tail)
-    }
-}
-
-/// Open with keystream batches of up to `LANES / 2` blocks. The first batch cannot carry
-/// the MAC (block 0 is its key), so it is kept, and its chunk decrypted at the end; every
-/// later batch absorbs the ciphertext not yet absorbed up to the end of its own chunk (the
-/// first one's included) between its rounds and then decrypts its chunk.
-fn open<const LANES: usize>(
-    kernel: Kernel,
-    state: Zeroizing<[u32; 16]>,
-    aad: &[u8],
-    buf: &mut [u8],
-    tag: &[u8; TAG_LEN],
-    tail: &mut [u8],
-) -> Result<(), Error> {
-    let len = buf.len();
-    let (mut first, mut spill) = (Batch::<LANES>::new(), Batch::<SPILL>::new());
-    let wanted = blocks_for(64 + len + tail.len()).min(LANES / 2);
-    let first_held = kernel.batch(&state, 0, wanted, &mut Job::Keep(&mut first.0));
-    let mut mac = mac_from(&first.0[0]);
-    mac.update_padded(aad);
-    // The MAC has absorbed `buf[..absorbed]`; the batch that ended at `pos` held `held`
-    // blocks from `counter`.
-    let first_end = len.min(first_held * 64 - 64);
-    let (mut counter, mut held, mut pos, mut absorbed) = (0u32, first_held, first_end, 0);
-    let mut chunk = 0..first_end;
-    while pos < len {
-        counter = counter.wrapping_add(held as u32);
-        let wanted = blocks_for(len - pos + tail.len()).min(MAC_BATCH_BLOCKS);
-        held = kernel.batch_len(wanted, true);
-        chunk = pos..len.min(pos + held * 64);
-        // Whole blocks: the chunk ends on one unless it ends the message, and a short last
-        // block is left for the padding below.
-        let upto = chunk.end / BLOCK * BLOCK;
-        let mut job = Job::Xor(Xor {
-            head: None,
-            buf,
-            at: pos,
-            spill: &mut spill.0,
-            mac: Some((&mut mac, absorbed..upto)),
-        });
-        kernel.batch(&state, counter, wanted, &mut job);
-        // The short last lane waits for the padded block below.
-        (absorbed, pos) = (upto, chunk.end);
-    }
-    kernel.absorb(&mut mac, &buf[absorbed..]);
-    if first_end < len {
-        short_lane(kernel, &spill.0, buf, &chunk);
-    }
-    xor_lanes(kernel, &first.0, 64, &mut buf[..first_end]);
-    let expected = tag_with_lengths(&mut mac, aad.len(), len);
-    // One comparison of all 128 bits, in constant time.
-    let equal = u128::from_le_bytes(expected).ct_eq(&u128::from_le_bytes(*tag));
-    if !bool::from(equal) {
-        // Undo the decryption: XOR the same keystream again.
-        let mut stream = ChaCha20::with_kernel(kernel, state);
-        stream.seek(64);
-        stream.apply_keystream(buf)?;
-        return Err(Error::AuthenticationFailed);
-    }
-    if !tail.is_empty() {
-        // Usually inside the last batch (the onion filler is): in `first` if that was
-        // the only one, else in `spill` from the start of the message's short last lane.
-        let (at, start, kept) = if first_end == len {
-            (64 + len, 0, &first.0[..2 * first_held])
-        } else {
-            let whole = chunk.start + (chunk.end - chunk.start) / 32 * 32;
-            let lanes = spill.0.len().min(2 * held - (whole - chunk.start) / 32);
-            (len, whole, &spill.0[..lanes])
-        };
-        if at - start + tail.len() <= kept.len() * 32 {
-            xor_lanes(kernel, kept, at - start, tail);
-        } else {
-            let mut stream = ChaCha20::with_kernel(kernel, state);
-            stream.seek(64 + len as u64);
-            stream.apply_keystream(tail)?;
+    match backend.kernel() {
+        Kernel::Portable => portable::open(key, nonce, aad, buf, tag, tail),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Simd(kernel) => {
+            use crate::stitched::{NARROW, WIDE, open, wide_batches};
+            let state = zeroize::Zeroizing::new(crate::chacha20::simd::state(key, nonce));
+            if wide_batches(kernel, 64 + buf.len() + tail.len()) {
+                open::<WIDE>(kernel, state, aad, buf, tag, tail)
+            } else {
+                open::<NARROW>(kernel, state, aad, buf, tag, tail)
+            }
         }
     }
-    Ok(())
 }
 
 /// For constructions that compose the AEAD themselves: the keystream positioned at the
 /// message's first byte (block 1) and Poly1305 keyed from block 0. Finish with
 /// [`finish_tag`].
 pub fn keystream_and_mac(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> (ChaCha20, Poly1305) {
-    let state = Zeroizing::new(state(key, nonce));
-    let mut stream = ChaCha20::with_kernel(Backend::detect().kernel(), state);
-    let mac = Poly1305::new(stream.block0_head());
+    let mut stream = ChaCha20::new(key, nonce);
+    let mac = stream.mac();
     stream.seek(64);
     (stream, mac)
 }
@@ -256,7 +116,7 @@ pub fn finish_tag(mut mac: Poly1305, aad_len: usize, ct_len: usize) -> [u8; TAG_
 }
 
 /// [`finish_tag`] in place.
-fn tag_with_lengths(mac: &mut Poly1305, aad_len: usize, ct_len: usize) -> [u8; TAG_LEN] {
+pub(crate) fn tag_with_lengths(mac: &mut Poly1305, aad_len: usize, ct_len: usize) -> [u8; TAG_LEN] {
     let mut lens = [0u8; 16];
     lens[..8].copy_from_slice(&(aad_len as u64).to_le_bytes());
     lens[8..].copy_from_slice(&(ct_len as u64).to_le_bytes());
@@ -264,28 +124,12 @@ fn tag_with_lengths(mac: &mut Poly1305, aad_len: usize, ct_len: usize) -> [u8; T
     mac.tag()
 }
 
-/// Poly1305 keyed by the first 32 bytes of keystream block 0 (a batch's first lane).
-fn mac_from(lane0: &Lane) -> Poly1305 {
-    Poly1305::new(bytemuck::cast_ref(lane0))
-}
-
-/// Lanes of the AEAD's keystream batches when Poly1305 runs on the scalar multiplier: eight
-/// blocks, so the kernels never take their 16-block path. Poly1305 (about 13 cycles per
-/// 16-byte block, one multiply chain) is then the longer task, and eight-block batches give
-/// it about three blocks per double round to overlap with, where sixteen would leave more of
-/// it running alone (measured: docs/benchmarks.md). Half the size also halves the first
-/// batch an open keeps (zeroed and wiped).
-const NARROW: usize = 16;
-/// Lanes of the AEAD's keystream batches when Poly1305 runs in vector lanes and the message
-/// needs more than one narrow batch: sixteen blocks, so the first batch (which cannot carry
-/// the MAC: block 0 is its key) takes the 512-bit kernel, 1.6 times cheaper per block.
-/// Batches that carry the MAC still hold eight.
-const WIDE: usize = 32;
-
-/// Whether an operation needing `keystream` bytes takes [`WIDE`] batches: only when the
-/// MAC runs in vector lanes and one narrow batch (`NARROW` lanes of 32 bytes) is too short.
-fn wide_batches(kernel: Kernel, keystream: usize) -> bool {
-    kernel.mac_in_vectors() && keystream > NARROW * 32
+/// Whether the computed tag equals the received one: one comparison of all 128 bits, in
+/// constant time.
+pub(crate) fn tag_matches(expected: &[u8; TAG_LEN], tag: &[u8; TAG_LEN]) -> bool {
+    u128::from_le_bytes(*expected)
+        .ct_eq(&u128::from_le_bytes(*tag))
+        .into()
 }
 
 fn check_len(len: usize) -> Result<(), Error> {

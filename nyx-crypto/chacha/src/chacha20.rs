@@ -2,32 +2,18 @@
 
 use std::fmt;
 
-use zeroize::Zeroizing;
-
-use crate::backend::{Backend, Batch, Job, Kernel, MAX_BATCH_BLOCKS, blocks_for};
+use crate::backend::{Backend, Kernel};
+use crate::poly1305::Poly1305;
+use crate::portable::Keystream;
 use crate::{Error, KEY_LEN, NONCE_LEN};
 
 /// One past the last keystream byte: the block counter is 32 bits.
-const STREAM_END: u64 = (1u64 << 32) * 64;
-
-/// The initial state for (`key`, `nonce`): constants, key, counter 0, nonce.
-#[inline]
-pub(crate) fn state(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> [u32; 16] {
-    let mut s = [0u32; 16];
-    s[..4].copy_from_slice(&[0x6170_7865, 0x3320_646e, 0x7962_2d32, 0x6b20_6574]);
-    for (w, b) in s[4..12].iter_mut().zip(key.chunks_exact(4)) {
-        *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    }
-    for (w, b) in s[13..].iter_mut().zip(nonce.chunks_exact(4)) {
-        *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    }
-    s
-}
+pub(crate) const STREAM_END: u64 = (1u64 << 32) * 64;
 
 /// The ChaCha20 keystream of one (key, nonce), positioned at a byte offset. Applying it
-/// XORs keystream into data and moves the position on; eight or sixteen blocks are computed
-/// at a time and kept, so consecutive calls within them cost one computation. Key material is
-/// wiped on drop and never printed.
+/// XORs keystream into data and moves the position on; the x86-64 kernels compute eight or
+/// sixteen blocks at a time and keep them, so consecutive calls within them cost one
+/// computation. Key material is wiped on drop and never printed.
 ///
 /// ```
 /// use nyx_chacha::ChaCha20;
@@ -44,12 +30,17 @@ pub(crate) fn state(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> [u32; 16] {
 /// # Ok::<(), nyx_chacha::Error>(())
 /// ```
 pub struct ChaCha20 {
-    state: Zeroizing<[u32; 16]>,
-    kernel: Kernel,
     offset: u64,
-    /// The first block and the number of blocks `batch` holds.
-    cached: Option<(u64, usize)>,
-    batch: Batch,
+    stream: Stream,
+}
+
+/// The backend's keystream. On x86-64 the kernels' variant holds a 1 KiB batch and the
+/// portable one much less; boxing would allocate, and this crate does not.
+#[allow(clippy::large_enum_variant)]
+enum Stream {
+    Portable(Keystream),
+    #[cfg(target_arch = "x86_64")]
+    Simd(simd::Stream),
 }
 
 impl ChaCha20 {
@@ -60,17 +51,15 @@ impl ChaCha20 {
 
     /// As [`ChaCha20::new`] on a chosen backend.
     pub fn with_backend(backend: Backend, key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> Self {
-        Self::with_kernel(backend.kernel(), Zeroizing::new(state(key, nonce)))
-    }
-
-    pub(crate) fn with_kernel(kernel: Kernel, state: Zeroizing<[u32; 16]>) -> Self {
-        ChaCha20 {
-            state,
-            kernel,
-            offset: 0,
-            cached: None,
-            batch: Batch::new(),
-        }
+        let stream = match backend.kernel() {
+            Kernel::Portable => Stream::Portable(Keystream::new(key, nonce)),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Simd(kernel) => Stream::Simd(simd::Stream::new(
+                kernel,
+                zeroize::Zeroizing::new(simd::state(key, nonce)),
+            )),
+        };
+        ChaCha20 { offset: 0, stream }
     }
 
     /// Move to byte `offset` of the keystream.
@@ -85,55 +74,37 @@ impl ChaCha20 {
 
     /// XOR the keystream from the current offset into `data` and advance past it. Fails,
     /// changing nothing, if the keystream would run past its 2^32 blocks (256 GiB).
-    pub fn apply_keystream(&mut self, mut data: &mut [u8]) -> Result<(), Error> {
-        let end = self
-            .offset
-            .checked_add(data.len() as u64)
-            .filter(|end| *end <= STREAM_END)
-            .ok_or(Error::KeystreamExhausted {
-                offset: self.offset.saturating_add(data.len() as u64),
-            })?;
-        while !data.is_empty() {
-            let block = self.offset / 64;
-            // block < 2^32 because offset < end <= STREAM_END.
-            let blocks = self.load(block, blocks_for((self.offset % 64) as usize + data.len()));
-            let first = self.cached.map_or(block, |(first, _)| first);
-            let skip = (self.offset - first * 64) as usize;
-            let n = (blocks * 64 - skip).min(data.len());
-            let (now, rest) = data.split_at_mut(n);
-            self.batch.xor_into(self.kernel, skip, now);
-            self.offset += n as u64;
-            data = rest;
+    pub fn apply_keystream(&mut self, data: &mut [u8]) -> Result<(), Error> {
+        let end = stream_end(self.offset, data.len())?;
+        match &mut self.stream {
+            Stream::Portable(stream) => stream.apply(self.offset, data),
+            #[cfg(target_arch = "x86_64")]
+            Stream::Simd(stream) => stream.apply(self.offset, data),
         }
-        debug_assert_eq!(self.offset, end);
+        self.offset = end;
         Ok(())
+    }
+
+    /// Poly1305 keyed with the first 32 bytes of block 0 (the AEAD's one-time key); on the
+    /// x86-64 kernels a whole batch from block 0 is computed and kept, so that the message's
+    /// keystream follows from it.
+    pub(crate) fn mac(&mut self) -> Poly1305 {
+        match &mut self.stream {
+            Stream::Portable(stream) => stream.mac(),
+            #[cfg(target_arch = "x86_64")]
+            Stream::Simd(stream) => Poly1305::new(stream.block0_head()),
+        }
     }
 }
 
-impl ChaCha20 {
-    /// Make the kept batch cover `block` (below 2^32), computing `wanted` blocks from it if
-    /// it does not. Returns how many blocks the batch holds.
-    fn load(&mut self, block: u64, wanted: usize) -> usize {
-        match self.cached {
-            Some((first, blocks)) if block >= first && block - first < blocks as u64 => blocks,
-            _ => {
-                let wanted = wanted.min(MAX_BATCH_BLOCKS);
-                let mut job = Job::Keep(&mut self.batch.0);
-                let blocks = self
-                    .kernel
-                    .batch(&self.state, block as u32, wanted, &mut job);
-                self.cached = Some((block, blocks));
-                blocks
-            }
-        }
-    }
-
-    /// The first 32 bytes of block 0 (the AEAD's one-time Poly1305 key), computing and
-    /// keeping a whole batch from block 0 so that the message's keystream follows from it.
-    pub(crate) fn block0_head(&mut self) -> &[u8; 32] {
-        self.load(0, MAX_BATCH_BLOCKS);
-        bytemuck::cast_ref(&self.batch.0[0])
-    }
+/// Where `len` bytes of keystream from `offset` end, if that is within the stream.
+pub(crate) fn stream_end(offset: u64, len: usize) -> Result<u64, Error> {
+    offset
+        .checked_add(len as u64)
+        .filter(|end| *end <= STREAM_END)
+        .ok_or(Error::KeystreamExhausted {
+            offset: offset.saturating_add(len as u64),
+        })
 }
 
 impl fmt::Debug for ChaCha20 {
@@ -141,5 +112,89 @@ impl fmt::Debug for ChaCha20 {
         f.debug_struct("ChaCha20")
             .field("offset", &self.offset)
             .finish_non_exhaustive()
+    }
+}
+
+/// The keystream on the x86-64 kernels: batches of eight or sixteen blocks, the last one
+/// kept.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod simd {
+    use zeroize::Zeroizing;
+
+    use crate::batch::{Batch, Job, MAX_BATCH_BLOCKS, blocks_for};
+    use crate::x86::Simd;
+    use crate::{KEY_LEN, NONCE_LEN};
+
+    /// The initial state for (`key`, `nonce`): constants, key, counter 0, nonce.
+    #[inline]
+    pub(crate) fn state(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> [u32; 16] {
+        let mut s = [0u32; 16];
+        s[..4].copy_from_slice(&[0x6170_7865, 0x3320_646e, 0x7962_2d32, 0x6b20_6574]);
+        for (w, b) in s[4..12].iter_mut().zip(key.chunks_exact(4)) {
+            *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        for (w, b) in s[13..].iter_mut().zip(nonce.chunks_exact(4)) {
+            *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        s
+    }
+
+    pub(crate) struct Stream {
+        state: Zeroizing<[u32; 16]>,
+        kernel: Simd,
+        /// The first block and the number of blocks `batch` holds.
+        cached: Option<(u64, usize)>,
+        batch: Batch,
+    }
+
+    impl Stream {
+        pub(crate) fn new(kernel: Simd, state: Zeroizing<[u32; 16]>) -> Self {
+            Stream {
+                state,
+                kernel,
+                cached: None,
+                batch: Batch::new(),
+            }
+        }
+
+        /// XOR keystream bytes `offset..` into `data`; the caller has checked that they
+        /// lie within the stream.
+        pub(crate) fn apply(&mut self, mut offset: u64, mut data: &mut [u8]) {
+            while !data.is_empty() {
+                let block = offset / 64;
+                // block < 2^32 because offset < end <= STREAM_END.
+                let blocks = self.load(block, blocks_for((offset % 64) as usize + data.len()));
+                let first = self.cached.map_or(block, |(first, _)| first);
+                let skip = (offset - first * 64) as usize;
+                let n = (blocks * 64 - skip).min(data.len());
+                let (now, rest) = data.split_at_mut(n);
+                self.batch.xor_into(self.kernel, skip, now);
+                offset += n as u64;
+                data = rest;
+            }
+        }
+
+        /// Make the kept batch cover `block` (below 2^32), computing `wanted` blocks from it
+        /// if it does not. Returns how many blocks the batch holds.
+        fn load(&mut self, block: u64, wanted: usize) -> usize {
+            match self.cached {
+                Some((first, blocks)) if block >= first && block - first < blocks as u64 => blocks,
+                _ => {
+                    let wanted = wanted.min(MAX_BATCH_BLOCKS);
+                    let mut job = Job::Keep(&mut self.batch.0);
+                    let blocks = self
+                        .kernel
+                        .batch(&self.state, block as u32, wanted, &mut job);
+                    self.cached = Some((block, blocks));
+                    blocks
+                }
+            }
+        }
+
+        /// The first 32 bytes of block 0, computing and keeping a whole batch from block 0.
+        pub(crate) fn block0_head(&mut self) -> &[u8; 32] {
+            self.load(0, MAX_BATCH_BLOCKS);
+            bytemuck::cast_ref(&self.batch.0[0])
+        }
     }
 }

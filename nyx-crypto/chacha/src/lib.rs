@@ -3,23 +3,27 @@
 //! What it is for: the symmetric cipher under every NyxNet link, session and onion layer
 //! (RFC 8439), fast on the machines relays run on and allocation-free:
 //!
-//! * [`seal_in_place`] / [`open_in_place`]: the AEAD on a buffer in place. Keystream for eight
-//!   blocks is computed at a time (one per 32-bit lane of 256-bit vectors, or sixteen in
-//!   512-bit vectors where that pays), and Poly1305 is absorbed *between the ChaCha20 rounds*
-//!   ("stitching", as in OpenSSL and BoringSSL's assembly): on CPUs with AVX-512 IFMA in
-//!   vector lanes, four blocks at a time; elsewhere on the scalar multiplier, which works
-//!   beside the vector units.
+//! * [`seal_in_place`] / [`open_in_place`]: the AEAD on a buffer in place. On x86-64 with
+//!   AVX2, keystream for eight blocks is computed at a time (one per 32-bit lane of 256-bit
+//!   vectors, or sixteen in 512-bit vectors where that pays), and Poly1305 is absorbed
+//!   *between the ChaCha20 rounds* ("stitching", as in OpenSSL and BoringSSL's assembly): on
+//!   CPUs with AVX-512 IFMA in vector lanes, four blocks at a time; elsewhere on the scalar
+//!   multiplier, which works beside the vector units. On every other CPU (AArch64 among
+//!   them) the keystream comes from RustCrypto's `chacha20` crate (NEON on AArch64) and the
+//!   scalar Poly1305 runs after it.
 //! * [`ChaCha20`]: the keystream at any byte offset, for constructions that use the
 //!   keystream past a message (NyxNet's onion layers do).
 //! * [`Poly1305`]: the one-time authenticator, scalar in radix 2^64 (the AEAD moves it into
 //!   vector lanes and back where that pays).
 //! * [`Backend`]: which kernel runs. The best one the CPU supports is chosen at run time
-//!   (AVX-512 IFMA, AVX-512VL, AVX2, then portable Rust); tests and benchmarks can pick one.
+//!   (AVX-512 IFMA, AVX-512VL, AVX2, then the portable backend); tests and benchmarks can
+//!   pick one.
 //!
-//! The only unsafe code is in the `x86` module: calling a `#[target_feature]` kernel after
-//! the CPU has reported that feature. The kernels XOR keystream into messages through
-//! slices, or keep it in arrays of vectors that are viewed as bytes through `bytemuck`'s safe
-//! casts, so no code here touches a raw pointer.
+//! The only unsafe code of this crate is in the `x86` module: calling a `#[target_feature]`
+//! kernel after the CPU has reported that feature. The kernels XOR keystream into messages
+//! through slices, or keep it in arrays of vectors that are viewed as bytes through
+//! `bytemuck`'s safe casts, so no code here touches a raw pointer. (RustCrypto's `chacha20`,
+//! which the portable backend calls, has unsafe code of its own in its SIMD backends.)
 //!
 //! What it is not for: key management (nyx-crypto), nonce choice (callers must never seal
 //! two messages under one key and nonce), or other ciphers.
@@ -38,10 +42,14 @@
 
 mod aead;
 mod backend;
+#[cfg(target_arch = "x86_64")]
+mod batch;
 mod chacha20;
 mod error;
 mod poly1305;
 mod portable;
+#[cfg(target_arch = "x86_64")]
+mod stitched;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

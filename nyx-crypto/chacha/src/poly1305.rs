@@ -5,7 +5,7 @@
 //! intrinsic becomes a function call and a 1280-byte MAC costs about 1.6 µs (docs/benchmarks.md
 //! has the profile). This scalar version needs no CPU feature and has no per-message setup.
 //! Being scalar is also what lets it overlap with ChaCha20: the AEAD absorbs Poly1305 blocks
-//! on the integer multiplier between the rounds the vector units compute (`aead.rs`). It is
+//! on the integer multiplier between the rounds the vector units compute (`stitched.rs`). It is
 //! checked against RFC 8439's vectors (below) and, differentially, against the `poly1305`
 //! crate (`tests/differential.rs`).
 //!
@@ -94,7 +94,7 @@ impl Poly1305 {
     /// The accumulator in the vector kernels' form, converting the scalar one (and
     /// computing the powers of r) on the first call; later calls return it as the kernel
     /// left it.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn widen(&mut self) -> &mut Wide {
         if !self.wide.has_powers {
             // r^2, r^3, r^4: steps of `h = (h + v) · r` from h = 0, v = r, then v = 0.
@@ -156,7 +156,7 @@ impl Poly1305 {
     }
 
     /// Whether the vector kernels hold the accumulator.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn is_wide(&self) -> bool {
         self.wide.active
     }
@@ -164,7 +164,7 @@ impl Poly1305 {
     /// Take back the accumulator from the vector kernels, which have folded the lanes
     /// (each multiplied by its power in `Wide::powers`) into `sums`: three limbs of weights
     /// 2^0, 2^44, 2^88, each below 2^52.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn narrow_from(&mut self, sums: [u64; 3]) {
         (self.h0, self.h1, self.h2) = value(sums);
         self.wide.acc.zeroize();
@@ -194,6 +194,7 @@ impl Poly1305 {
     /// ignored). The stitched kernels call this between ChaCha20 rounds, so it calls
     /// nothing (a call there would spill every vector register): the accumulator must be
     /// scalar already ([`Poly1305::narrow`]).
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(crate) fn absorb_blocks(&mut self, data: &[u8]) {
         debug_assert!(!self.wide.active, "absorb_blocks on a wide accumulator");
@@ -301,7 +302,7 @@ fn reduce(h: (u64, u64, u64)) -> (u64, u64, u64) {
 
 /// `v0 + 2^64 v1 + 2^128 v2` (`v2 <= 4`) in limbs of 44, 44 and 42 bits; the top one
 /// takes what is above 2^88, so it stays below 2^43.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[cfg(target_arch = "x86_64")]
 fn limbs(v0: u64, v1: u64, v2: u64) -> [u64; 3] {
     [
         v0 & M44,
@@ -451,12 +452,19 @@ mod tests {
     /// across calls, and stitched then absorbed alone, after a scalar prefix, with
     /// the largest limbs there can be (every clamped bit of r set, all-ones blocks) as well
     /// as zeros and a pattern, at lengths around the 64-byte groups.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn vector_lanes_agree_with_the_scalar_code() {
+        use crate::backend::Kernel;
         let pattern: [u8; 32] = core::array::from_fn(|i| (i * 37 + 11) as u8);
         let keys = [[0xff; 32], [0; 32], pattern];
-        let backends = crate::Backend::ALL.into_iter().filter(|b| b.is_available());
-        for kernel in backends.map(crate::Backend::kernel) {
+        let kernels = crate::Backend::ALL
+            .into_iter()
+            .filter_map(|b| match b.kernel() {
+                Kernel::Simd(simd) => Some(simd),
+                Kernel::Portable => None,
+            });
+        for kernel in kernels {
             for key in &keys {
                 for fill in [0xffu8, 0, 0x5a] {
                     for len in [0, 15, 16, 63, 64, 65, 127, 128, 320, 1024, 1472, 4113] {
@@ -485,10 +493,10 @@ mod tests {
                         let whole = len / BLOCK * BLOCK;
                         let mut stitched = start();
                         let mut copy = data.clone();
-                        let mut spill = crate::backend::Batch::<{ crate::backend::SPILL }>::new();
+                        let mut spill = crate::batch::Batch::<{ crate::batch::SPILL }>::new();
                         let half = whole / 2 / 64 * 64;
                         for (counter, range) in [(0, 0..half), (8, half..whole)] {
-                            let mut job = crate::backend::Job::Xor(crate::backend::Xor {
+                            let mut job = crate::batch::Job::Xor(crate::batch::Xor {
                                 head: None,
                                 buf: &mut copy,
                                 at: len,
@@ -503,7 +511,7 @@ mod tests {
                         // Lanes already in use when a long run is absorbed alone (the
                         // two-chain path starts from them).
                         let mut then_alone = start();
-                        let mut job = crate::backend::Job::Xor(crate::backend::Xor {
+                        let mut job = crate::batch::Job::Xor(crate::batch::Xor {
                             head: None,
                             buf: &mut copy,
                             at: len,

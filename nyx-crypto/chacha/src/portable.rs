@@ -1,95 +1,116 @@
-//! The portable kernel: RFC 8439's block function in plain Rust, one block at a time.
-//! It runs wherever AVX2 does not, and it is the reference the vector kernels are tested
-//! against.
+//! The portable backend, for every CPU the x86-64 kernels do not cover (other
+//! architectures, and x86-64 without AVX2): the keystream from RustCrypto's `chacha20` crate,
+//! then Poly1305 from `poly1305.rs`, one after the other.
+//!
+//! Why `chacha20`: it has vector code where this crate has none (NEON on AArch64; SSE2 or
+//! AVX2, picked at run time, on x86), and it is the reference the x86-64 kernels are tested
+//! against; this crate's own one-block-at-a-time Rust, which it replaces, ran at 0.72x
+//! RustCrypto's AEAD for 1280 B on x86-64. Its block-level core is used rather than its
+//! stream wrapper, which refuses the counter's last value (block 2^32 − 1) that RFC 8439
+//! and the other backends allow.
+//!
+//! Why not RustCrypto's `chacha20poly1305` whole: its Poly1305 (`poly1305` 0.9) has vector
+//! code only for x86 AVX2, and otherwise runs 26-bit limbs on 32-bit multiplies, where
+//! `poly1305.rs` uses 64-bit ones; on x86-64 this composition is the faster of the two
+//! (docs/benchmarks.md). No AArch64 machine has measured either.
 
-use crate::backend::{Batch, Job, Kernel, MAX_LANES, Xor};
+use chacha20::cipher::array::Array;
+use chacha20::cipher::consts::U64;
+use chacha20::cipher::{KeyIvInit, StreamCipherCore};
+use chacha20::variants::Ietf;
+use chacha20::{ChaChaCore, R20};
+use zeroize::Zeroizing;
 
-/// Absorb `job`'s MAC range, if any, then compute blocks `counter..` (as many as
-/// [`Kernel::batch_len`](crate::backend::Kernel::batch_len) says) and hand them to `job`.
-/// Returns the number of blocks.
-pub(crate) fn batch(state: &[u32; 16], counter: u32, wanted: usize, job: &mut Job<'_>) -> usize {
-    let with_mac = matches!(job, Job::Xor(Xor { mac: Some(_), .. }));
-    let blocks = Kernel::Portable.batch_len(wanted, with_mac);
-    let mut own = Batch::<MAX_LANES>::new();
-    let out = match job {
-        Job::Keep(out) => out,
-        Job::Xor(xor) => {
-            if let Some((poly, range)) = xor.mac.as_mut() {
-                poly.narrow();
-                poly.absorb_blocks(&xor.buf[range.clone()]);
-            }
-            &mut own.0[..]
+use crate::aead::{tag_matches, tag_with_lengths};
+use crate::chacha20::stream_end;
+use crate::poly1305::Poly1305;
+use crate::{Error, KEY_LEN, NONCE_LEN, TAG_LEN};
+
+/// ChaCha20's keystream from RustCrypto's core (its state is wiped on drop: the
+/// `zeroize` feature).
+pub(crate) struct Keystream(ChaChaCore<R20, Ietf>);
+
+impl Keystream {
+    pub(crate) fn new(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> Self {
+        Keystream(ChaChaCore::new(key.into(), nonce.into()))
+    }
+
+    /// XOR keystream bytes `offset..offset + data.len()` into `data`; the caller has checked
+    /// that they lie within the stream (`stream_end`).
+    pub(crate) fn apply(&mut self, offset: u64, mut data: &mut [u8]) {
+        if data.is_empty() {
+            return;
         }
-    };
-    let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
-    for (i, chunk) in bytes.chunks_exact_mut(64).take(blocks).enumerate() {
-        block(state, counter.wrapping_add(i as u32), chunk);
+        let (mut block, skip) = (offset / 64, (offset % 64) as usize);
+        if skip != 0 {
+            let (head, rest) = data.split_at_mut((64 - skip).min(data.len()));
+            self.partial(block, skip, head);
+            (data, block) = (rest, block + 1);
+        }
+        let (whole, rest) = Array::<u8, U64>::slice_as_chunks_mut(data);
+        if !whole.is_empty() {
+            // Below 2^32: the caller checked that the data ends within the stream.
+            self.0.set_block_pos(block as u32);
+            self.0.apply_keystream_blocks(whole);
+            block += whole.len() as u64;
+        }
+        if !rest.is_empty() {
+            self.partial(block, 0, rest);
+        }
     }
-    if let Job::Xor(xor) = job {
-        xor.emit(
-            &own.0[..2 * blocks],
-            |dst, lane| *dst = lane,
-            |data, lane| crate::backend::xor(bytemuck::bytes_of(&lane), data),
-        );
+
+    /// XOR bytes `skip..skip + data.len()` of keystream block `block` into `data`.
+    fn partial(&mut self, block: u64, skip: usize, data: &mut [u8]) {
+        let mut keystream = Zeroizing::new([0u8; 64]);
+        self.0.set_block_pos(block as u32);
+        self.0.write_keystream_block((&mut *keystream).into());
+        for (d, k) in data.iter_mut().zip(&keystream[skip..]) {
+            *d ^= *k;
+        }
     }
-    blocks
+
+    /// Poly1305 keyed with the first 32 bytes of block 0.
+    pub(crate) fn mac(&mut self) -> Poly1305 {
+        let mut key = Zeroizing::new([0u8; 32]);
+        self.apply(0, &mut *key);
+        Poly1305::new(&key)
+    }
 }
 
-/// RFC 8439 section 2.3: the 64-byte keystream block `counter` of `state` (key, nonce;
-/// word 12 is replaced by `counter`).
-pub(crate) fn block(state: &[u32; 16], counter: u32, out: &mut [u8]) {
-    let mut input = *state;
-    input[12] = counter;
-    let mut x = input;
-    for _ in 0..10 {
-        quarter_round(&mut x, 0, 4, 8, 12);
-        quarter_round(&mut x, 1, 5, 9, 13);
-        quarter_round(&mut x, 2, 6, 10, 14);
-        quarter_round(&mut x, 3, 7, 11, 15);
-        quarter_round(&mut x, 0, 5, 10, 15);
-        quarter_round(&mut x, 1, 6, 11, 12);
-        quarter_round(&mut x, 2, 7, 8, 13);
-        quarter_round(&mut x, 3, 4, 9, 14);
-    }
-    for ((o, w), i) in out.chunks_exact_mut(4).zip(x).zip(input) {
-        o.copy_from_slice(&w.wrapping_add(i).to_le_bytes());
-    }
-    // The key words and the permuted state (invertible back to the key): wiped, as in the
-    // SIMD kernels.
-    zeroize::Zeroize::zeroize(&mut input);
-    zeroize::Zeroize::zeroize(&mut x);
+/// Encrypt `buf` (of a length `check_len` allowed) and return the tag.
+pub(crate) fn seal(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+) -> [u8; TAG_LEN] {
+    let mut stream = Keystream::new(key, nonce);
+    let mut mac = stream.mac();
+    stream.apply(64, buf);
+    mac.update_padded(aad);
+    mac.update_padded(buf);
+    tag_with_lengths(&mut mac, aad.len(), buf.len())
 }
 
-#[inline(always)]
-fn quarter_round(x: &mut [u32; 16], a: usize, b: usize, c: usize, d: usize) {
-    x[a] = x[a].wrapping_add(x[b]);
-    x[d] = (x[d] ^ x[a]).rotate_left(16);
-    x[c] = x[c].wrapping_add(x[d]);
-    x[b] = (x[b] ^ x[c]).rotate_left(12);
-    x[a] = x[a].wrapping_add(x[b]);
-    x[d] = (x[d] ^ x[a]).rotate_left(8);
-    x[c] = x[c].wrapping_add(x[d]);
-    x[b] = (x[b] ^ x[c]).rotate_left(7);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::chacha20::state;
-
-    /// RFC 8439 section 2.3.2: key 00..1f, nonce 000000090000004a00000000, counter 1.
-    #[test]
-    fn rfc8439_block_function() {
-        let key: [u8; 32] = core::array::from_fn(|i| i as u8);
-        let nonce = [0, 0, 0, 0x09, 0, 0, 0, 0x4a, 0, 0, 0, 0];
-        let mut out = [0u8; 64];
-        block(&state(&key, &nonce), 1, &mut out);
-        let want = "10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e\
-                    d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e";
-        assert_eq!(hex(&out), want);
+/// Check `tag` and only then decrypt `buf` and XOR the keystream after it into `tail`.
+pub(crate) fn open(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; TAG_LEN],
+    tail: &mut [u8],
+) -> Result<(), Error> {
+    let mut stream = Keystream::new(key, nonce);
+    let mut mac = stream.mac();
+    mac.update_padded(aad);
+    mac.update_padded(buf);
+    if !tag_matches(&tag_with_lengths(&mut mac, aad.len(), buf.len()), tag) {
+        return Err(Error::AuthenticationFailed);
     }
-
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
+    let at = 64 + buf.len() as u64;
+    stream_end(at, tail.len())?;
+    stream.apply(64, buf);
+    stream.apply(at, tail);
+    Ok(())
 }

@@ -19,7 +19,7 @@
 //! the crate reads through `bytemuck`'s safe byte views: no raw pointer is touched.
 #![allow(unsafe_code)]
 
-use crate::backend::{Job, Xor};
+use crate::batch::{Job, Xor};
 use crate::poly1305::{BLOCK, Poly1305};
 
 /// Proof that this CPU runs AVX2; with `vl`, also AVX-512F and AVX-512VL; with `ifma`, also
@@ -160,7 +160,7 @@ macro_rules! kernel {
     ($features:literal, $mac:ident) => {
         use core::arch::x86_64::*;
 
-        use crate::backend::{Job, Xor};
+        use crate::batch::{Job, Xor};
 
         /// Eight blocks; see [`super::Simd::batch`].
         #[target_feature(enable = $features)]
@@ -317,7 +317,7 @@ mod avx2 {
     /// See [`super::Simd::xor`]: the portable loop, compiled for AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) fn xor(keystream: &[u8], data: &mut [u8]) {
-        crate::backend::xor(keystream, data);
+        crate::batch::xor(keystream, data);
     }
 
     #[target_feature(enable = "avx2")]

@@ -1,5 +1,5 @@
-//! RFC 8439's test vectors (sections 2.4.2 and 2.8.2), on every backend this CPU runs.
-//! Section 2.3.2's block vector is a unit test of the portable kernel; Poly1305's vectors
+//! RFC 8439's test vectors (sections 2.3.2, 2.4.2 and 2.8.2), on every backend this CPU
+//! runs (on CPUs other than x86-64, the portable one). Poly1305's vectors
 //! (section 2.5.2, appendix A.3) are unit tests of `poly1305.rs`. Project Wycheproof's
 //! ChaCha20-Poly1305 vectors run through nyx-crypto (`nyx-crypto/tests/kat_wycheproof.rs`).
 #![allow(clippy::unwrap_used)]
@@ -19,6 +19,29 @@ only one tip for the future, sunscreen would be it.";
 
 fn backends() -> impl Iterator<Item = Backend> {
     Backend::ALL.into_iter().filter(|b| b.is_available())
+}
+
+/// Section 2.3.2: the block function with key 00..1f, nonce 00000009 0000004a 00000000 and
+/// block counter 1 (byte offset 64), read from the middle of the stream too.
+#[test]
+fn section_2_3_2_block() {
+    let key: [u8; 32] = core::array::from_fn(|i| i as u8);
+    let nonce: [u8; 12] = unhex("000000090000004a00000000").try_into().unwrap();
+    let want = unhex(
+        "10f1e7e4d13b5915500fdd1fa32071c4 c7d1f4c733c068030422aa9ac3d46c4e
+         d2826446079faa0914c2d705d98b02a2 b5129cd1de164eb9cbd083e8a2503c4e",
+    );
+    for backend in backends() {
+        let mut block = [0u8; 64];
+        let mut stream = ChaCha20::with_backend(backend, &key, &nonce);
+        stream.seek(64);
+        stream.apply_keystream(&mut block).unwrap();
+        assert_eq!(block[..], want, "backend {backend:?}");
+        let mut middle = [0u8; 20];
+        stream.seek(64 + 30);
+        stream.apply_keystream(&mut middle).unwrap();
+        assert_eq!(middle[..], want[30..50], "backend {backend:?}");
+    }
 }
 
 /// Section 2.4.2: ChaCha20 encryption with key 00..1f, nonce 00000000 0000004a 00000000 and
