@@ -14,7 +14,8 @@
 //!    handshake slot. Validated and unvalidated attempts have separate budgets, and an
 //!    unvalidated attempt over its budget gets a Retry, not a refusal: a spoofer who sends
 //!    in a victim's prefix only makes the victim's diallers prove their address (one round
-//!    trip more), never locks them out.
+//!    trip more), never locks them out. Loopback sources (a local test network, all in one
+//!    prefix) have no per-prefix budget.
 //! 3. **Handshakes in progress** are capped at `max_handshakes`; beyond that an attempt is
 //!    dropped unanswered. A slot is held for the cryptographic handshake only (until quinn
 //!    completes it or gives up); the control-stream step after it has its own deadline.
@@ -45,6 +46,9 @@ pub struct AdmissionConfig {
     pub max_handshakes: usize,
     /// Source prefixes the limiter tracks at once. Default 4096.
     pub max_sources: usize,
+    /// Loopback sources have no per-prefix budget (they cannot be spoofed from the network,
+    /// and a local test network puts every node in one prefix). Default true.
+    pub loopback_unlimited: bool,
 }
 
 impl Default for AdmissionConfig {
@@ -54,6 +58,7 @@ impl Default for AdmissionConfig {
             per_source: 10,
             max_handshakes: 256,
             max_sources: 4096,
+            loopback_unlimited: true,
         }
     }
 }
@@ -151,11 +156,14 @@ impl Admission {
         let loaded = self.second.1 > self.config.retry_threshold
             || in_progress >= self.config.max_handshakes / 2;
         let prefix = IpPrefix::of(from.ip(), 24, 48);
-        if !validated && (loaded || self.unvalidated.check(&prefix, now).is_err()) {
+        // Loopback sources cannot be spoofed from the network and share one prefix on a
+        // local test network: no per-prefix budget for them (the rest applies).
+        let local = self.config.loopback_unlimited && from.ip().to_canonical().is_loopback();
+        if !validated && (loaded || (!local && self.unvalidated.check(&prefix, now).is_err())) {
             self.stats.retries += 1;
             return (Verdict::Retry, None);
         }
-        if validated && self.validated.check(&prefix, now).is_err() {
+        if validated && !local && self.validated.check(&prefix, now).is_err() {
             self.stats.refused_source_rate += 1;
             return (Verdict::Refuse(Refusal::SourceRate), None);
         }

@@ -68,6 +68,8 @@ async fn under_load_a_dialler_proves_its_address_first_and_gets_its_link() {
 async fn one_prefix_gets_its_share_and_a_dialler_from_elsewhere_still_gets_a_link() {
     let strict = AdmissionConfig {
         per_source: 3,
+        // Loopback is this test's network.
+        loopback_unlimited: false,
         ..AdmissionConfig::default()
     };
     let (id, r) = relay(2, "127.0.71.1", strict);

@@ -221,13 +221,92 @@ fn one_source_cannot_flood_handshakes() {
     }
     let s = b.engine.stats();
     // The prefix's burst of 3 is answered (a WELCOME each); the other 17 never reach the
-    // decapsulation.
-    assert_eq!(s.rate_limited, 17, "{s:?}");
+    // decapsulation: they are asked to prove their address (a COOKIE, 17 bytes for 1 282).
+    assert_eq!(s.cookies_sent, 17, "{s:?}");
+    let mut welcomes = 0;
+    let mut cookies = Vec::new();
+    while let Some((to, d)) = b.engine.poll_transmit() {
+        welcomes += usize::from(d[0] == 0x03);
+        if d[0] == 0x02 {
+            cookies.push((to, d.to_vec()));
+        }
+    }
+    assert_eq!(welcomes, 3);
+    // Those that come back with their cookie have the prefix's budget for proven sources:
+    // 3 more handshakes, the other 14 dropped.
+    for (i, (to, cookie)) in cookies.iter().enumerate() {
+        let mut m = node(60 + i as u8, &to.to_string(), UdpConfig::default());
+        m.engine
+            .connect(
+                b.id.node_id(),
+                b.key.public().clone(),
+                b.addr,
+                Timestamp::ZERO,
+            )
+            .unwrap();
+        let _ = m.engine.poll_transmit();
+        m.engine
+            .handle_datagram(b.addr, cookie, Timestamp::from_millis(2));
+        let (_, hello) = m.engine.poll_transmit().unwrap();
+        b.engine
+            .handle_datagram(*to, &hello, Timestamp::from_millis(2));
+    }
+    let s = b.engine.stats();
+    assert_eq!(s.rate_limited, 14, "{s:?}");
     let mut welcomes = 0;
     while let Some((_, d)) = b.engine.poll_transmit() {
         welcomes += usize::from(d[0] == 0x03);
     }
     assert_eq!(welcomes, 3);
+}
+
+/// Spoofed HELLOs without cookies in a victim's prefix, under the load threshold, use up
+/// that prefix's budget for unproven sources; the victim is asked for a cookie and, with
+/// it, gets its handshake.
+#[test]
+fn spoofed_hellos_in_a_prefix_cannot_lock_its_initiators_out() {
+    let mut b = node(2, B, UdpConfig::default());
+    for i in 0..30u8 {
+        let spoofed: SocketAddr = format!("10.9.9.{}:5000", i + 1).parse().unwrap();
+        let mut m = node(100 + i, &spoofed.to_string(), UdpConfig::default());
+        m.engine
+            .connect(
+                b.id.node_id(),
+                b.key.public().clone(),
+                b.addr,
+                Timestamp::ZERO,
+            )
+            .unwrap();
+        let (_, hello) = m.engine.poll_transmit().unwrap();
+        b.engine
+            .handle_datagram(spoofed, &hello, Timestamp::from_millis(1));
+    }
+    while b.engine.poll_transmit().is_some() {}
+    let victim: SocketAddr = "10.9.9.200:5000".parse().unwrap();
+    let mut v = node(200, &victim.to_string(), UdpConfig::default());
+    v.engine
+        .connect(
+            b.id.node_id(),
+            b.key.public().clone(),
+            b.addr,
+            Timestamp::from_millis(2),
+        )
+        .unwrap();
+    let mut connected = false;
+    for _ in 0..4 {
+        while let Some((_, d)) = v.engine.poll_transmit() {
+            b.engine
+                .handle_datagram(victim, &d, Timestamp::from_millis(3));
+        }
+        while let Some((_, d)) = b.engine.poll_transmit() {
+            v.engine
+                .handle_datagram(b.addr, &d, Timestamp::from_millis(3));
+        }
+        while let Some(e) = v.engine.poll_event() {
+            connected |= matches!(e, UdpEvent::Connected { .. });
+        }
+    }
+    assert!(connected, "{:?}", b.engine.stats());
 }
 
 #[test]

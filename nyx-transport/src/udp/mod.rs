@@ -300,7 +300,10 @@ pub struct UdpEngine {
     identity: Option<Arc<IdentityKey>>,
     link_keys: Vec<LinkKey>,
     replay: ReplayCache,
+    /// HELLOs without a valid cookie, per source prefix.
     limiter: KeyedLimiter<IpPrefix>,
+    /// HELLOs with a valid cookie (their source proved its address), per source prefix.
+    validated_limiter: KeyedLimiter<IpPrefix>,
     cookie_key: Zeroizing<[u8; 32]>,
     previous_cookie_key: Zeroizing<[u8; 32]>,
     cookie_rotated: Timestamp,
@@ -349,9 +352,13 @@ impl UdpEngine {
                 reason: e.to_string(),
             }
         })?;
-        let limiter = KeyedLimiter::new(quota, config.max_peers).map_err(|e| Error::TlsConfig {
-            reason: e.to_string(),
-        })?;
+        let max_peers = config.max_peers;
+        let limiter = || {
+            KeyedLimiter::new(quota, max_peers).map_err(|e| Error::TlsConfig {
+                reason: e.to_string(),
+            })
+        };
+        let (unvalidated, validated) = (limiter()?, limiter()?);
         let longest = config.max_cell_len.max(config.pad_to);
         let buffer = (1 + OVERHEAD + PAYLOAD_HEADER + longest).max(1 + COOKIE_LEN + HELLO_LEN);
         let pool = BufferPool::new(BufPoolConfig {
@@ -366,7 +373,8 @@ impl UdpEngine {
             identity,
             link_keys,
             replay: ReplayCache::new(1 << 16),
-            limiter,
+            limiter: unvalidated,
+            validated_limiter: validated,
             cookie_key: Zeroizing::new([0; 32]),
             previous_cookie_key: Zeroizing::new([0; 32]),
             cookie_rotated: now,
@@ -710,14 +718,19 @@ impl UdpEngine {
         // Also while the table is three quarters full: spoofed sources then add nothing.
         let crowded = self.links.len() + self.dials.len() >= (self.config.max_peers / 4 * 3).max(1);
         let loaded = self.hello_second.1 > self.config.cookie_threshold || crowded;
-        if loaded && !self.cookie_valid(from, cookie) {
+        // Sources that proved their address (a valid cookie) and those that did not have
+        // separate per-prefix budgets, and a source without a cookie over its budget gets a
+        // COOKIE rather than silence: spoofed HELLOs in a victim's prefix cost the victim a
+        // round trip, never its handshakes.
+        let validated = self.cookie_valid(from, cookie);
+        let prefix = IpPrefix::of(from.ip(), 24, 48);
+        if !validated && (loaded || self.limiter.check(&prefix, now).is_err()) {
             let cookie = cookie_for(&self.cookie_key, from);
             self.queue(from, &[&[T_COOKIE], &cookie]);
             self.stats.cookies_sent += 1;
             return;
         }
-        let prefix = IpPrefix::of(from.ip(), 24, 48);
-        if self.limiter.check(&prefix, now).is_err() {
+        if validated && self.validated_limiter.check(&prefix, now).is_err() {
             self.stats.rate_limited += 1;
             return;
         }
