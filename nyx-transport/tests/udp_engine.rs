@@ -196,6 +196,16 @@ fn under_load_the_responder_asks_for_a_cookie_first() {
     assert_eq!(b.engine.stats().handshakes_ok, 1);
 }
 
+/// A node at `addr` (seeded `seed`) that dials `b`; it and its first HELLO.
+fn dialler(seed: u8, addr: SocketAddr, b: &Node, now: Timestamp) -> (Node, Vec<u8>) {
+    let mut m = node(seed, &addr.to_string(), UdpConfig::default());
+    m.engine
+        .connect(b.id.node_id(), b.key.public().clone(), b.addr, now)
+        .unwrap();
+    let (_, hello) = m.engine.poll_transmit().unwrap();
+    (m, hello.to_vec())
+}
+
 #[test]
 fn one_source_cannot_flood_handshakes() {
     let config = UdpConfig {
@@ -206,16 +216,7 @@ fn one_source_cannot_flood_handshakes() {
     for i in 0..20u8 {
         // Twenty different initiators behind one /24.
         let addr: SocketAddr = format!("10.0.0.{}:5000", i + 1).parse().unwrap();
-        let mut m = node(30 + i, &addr.to_string(), UdpConfig::default());
-        m.engine
-            .connect(
-                b.id.node_id(),
-                b.key.public().clone(),
-                b.addr,
-                Timestamp::ZERO,
-            )
-            .unwrap();
-        let (_, hello) = m.engine.poll_transmit().unwrap();
+        let (_, hello) = dialler(30 + i, addr, &b, Timestamp::ZERO);
         b.engine
             .handle_datagram(addr, &hello, Timestamp::from_millis(1));
     }
@@ -235,16 +236,7 @@ fn one_source_cannot_flood_handshakes() {
     // Those that come back with their cookie have the prefix's budget for proven sources:
     // 3 more handshakes, the other 14 dropped.
     for (i, (to, cookie)) in cookies.iter().enumerate() {
-        let mut m = node(60 + i as u8, &to.to_string(), UdpConfig::default());
-        m.engine
-            .connect(
-                b.id.node_id(),
-                b.key.public().clone(),
-                b.addr,
-                Timestamp::ZERO,
-            )
-            .unwrap();
-        let _ = m.engine.poll_transmit();
+        let (mut m, _) = dialler(60 + i as u8, *to, &b, Timestamp::ZERO);
         m.engine
             .handle_datagram(b.addr, cookie, Timestamp::from_millis(2));
         let (_, hello) = m.engine.poll_transmit().unwrap();
@@ -268,30 +260,15 @@ fn spoofed_hellos_in_a_prefix_cannot_lock_its_initiators_out() {
     let mut b = node(2, B, UdpConfig::default());
     for i in 0..30u8 {
         let spoofed: SocketAddr = format!("10.9.9.{}:5000", i + 1).parse().unwrap();
-        let mut m = node(100 + i, &spoofed.to_string(), UdpConfig::default());
-        m.engine
-            .connect(
-                b.id.node_id(),
-                b.key.public().clone(),
-                b.addr,
-                Timestamp::ZERO,
-            )
-            .unwrap();
-        let (_, hello) = m.engine.poll_transmit().unwrap();
+        let (_, hello) = dialler(100 + i, spoofed, &b, Timestamp::ZERO);
         b.engine
             .handle_datagram(spoofed, &hello, Timestamp::from_millis(1));
     }
     while b.engine.poll_transmit().is_some() {}
     let victim: SocketAddr = "10.9.9.200:5000".parse().unwrap();
-    let mut v = node(200, &victim.to_string(), UdpConfig::default());
-    v.engine
-        .connect(
-            b.id.node_id(),
-            b.key.public().clone(),
-            b.addr,
-            Timestamp::from_millis(2),
-        )
-        .unwrap();
+    let (mut v, hello) = dialler(200, victim, &b, Timestamp::from_millis(2));
+    b.engine
+        .handle_datagram(victim, &hello, Timestamp::from_millis(3));
     let mut connected = false;
     for _ in 0..4 {
         while let Some((_, d)) = v.engine.poll_transmit() {
