@@ -184,8 +184,12 @@ impl LocalTestnet {
                 .map(|n| n.handle.commands.clone())
                 .collect(),
         }));
+        // One hand-out at a time, so members get directories in the order they were made
+        // (each includes every earlier update): with concurrent hand-outs, an older
+        // directory could arrive last and undo other nodes' rotations at the client.
+        let handing_out = Arc::new(tokio::sync::Mutex::new(()));
         for (i, node) in nodes.iter().flatten().enumerate() {
-            spawn_rotation_watch(i, node, keeper.clone());
+            spawn_rotation_watch(i, node, keeper.clone(), handing_out.clone());
         }
         Ok(LocalTestnet {
             nodes,
@@ -244,7 +248,12 @@ fn lock(keeper: &Mutex<Keeper>) -> std::sync::MutexGuard<'_, Keeper> {
 /// Follow node `i`'s rotations: sign its descriptor again with the new certificates and
 /// give every member the new directory. The task holds a subscription and command queues,
 /// not a handle, so the nodes still stop when they are dropped.
-fn spawn_rotation_watch(i: usize, node: &Node, keeper: Arc<Mutex<Keeper>>) {
+fn spawn_rotation_watch(
+    i: usize,
+    node: &Node,
+    keeper: Arc<Mutex<Keeper>>,
+    handing_out: Arc<tokio::sync::Mutex<()>>,
+) {
     let mut events = node.handle.subscribe();
     tokio::spawn(async move {
         loop {
@@ -253,6 +262,7 @@ fn spawn_rotation_watch(i: usize, node: &Node, keeper: Arc<Mutex<Keeper>>) {
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return,
             };
+            let _turn = handing_out.lock().await;
             let (directory, members) = {
                 let mut k = lock(&keeper);
                 let now = unix_now();
