@@ -88,6 +88,7 @@ pub(crate) enum Command {
         payload: Bytes,
     },
     Stats(oneshot::Sender<NodeStats>),
+    OnionCerts(oneshot::Sender<Vec<nyx_crypto::onion_cert::OnionKeyCert>>),
     Guards(oneshot::Sender<Vec<SampledGuard>>),
     CircuitIds(oneshot::Sender<Vec<(NodeId, u32)>>),
     Circuits(oneshot::Sender<Vec<CircuitInfo>>),
@@ -159,6 +160,15 @@ impl NodeHandle {
     pub async fn stats(&self) -> Result<NodeStats, Error> {
         let (reply, rx) = oneshot::channel();
         self.command(Command::Stats(reply)).await?;
+        rx.await.map_err(|_| Error::NodeStopped)
+    }
+
+    /// The certificates of the onion keys this node answers CREATEs with now (empty for a
+    /// client-only node): what [`NodeEvent::OnionKeysRotated`](crate::NodeEvent) last
+    /// reported, for a subscriber that lagged and may have missed it.
+    pub async fn onion_certs(&self) -> Result<Vec<nyx_crypto::onion_cert::OnionKeyCert>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::OnionCerts(reply)).await?;
         rx.await.map_err(|_| Error::NodeStopped)
     }
 

@@ -69,9 +69,29 @@ async fn circuits_keep_being_built_across_onion_key_rotations() {
     assert!(round >= 10, "only {round} rounds");
 
     let mut seen = 0;
+    let mut last = None;
     while let Ok(event) = rotations.try_recv() {
-        if matches!(event, NodeEvent::OnionKeysRotated { .. }) {
+        if let NodeEvent::OnionKeysRotated { certs } = event {
             seen += 1;
+            last = Some(certs);
+        }
+    }
+    // What a subscriber that lagged asks for is what the last event said (asked again if
+    // a rotation came in between).
+    let handle = testnet.node(1).unwrap().handle();
+    loop {
+        let now = handle.onion_certs().await.unwrap();
+        let mut newer = false;
+        while let Ok(event) = rotations.try_recv() {
+            if let NodeEvent::OnionKeysRotated { certs } = event {
+                seen += 1;
+                last = Some(certs);
+                newer = true;
+            }
+        }
+        if !newer {
+            assert_eq!(Some(now), last);
+            break;
         }
     }
     assert!(

@@ -396,7 +396,14 @@ fn spawn_keeper(
                         save_guards(&state, &guards_path, &mut saved_guards).await;
                         continue;
                     }
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    // A lagged subscription may have missed a rotation: ask for the keys.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        match state.node.onion_certs().await {
+                            Ok(certs) if !certs.is_empty() => Some(certs),
+                            _ => continue,
+                        }
+                    }
+                    Ok(_) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 },
             };

@@ -238,6 +238,9 @@ impl Driver {
                         .unwrap_or_default(),
                 });
             }
+            Command::OnionCerts(reply) => {
+                let _ = reply.send(self.overlay.onion_keys().certs().to_vec());
+            }
             Command::Guards(reply) => {
                 let _ = reply.send(self.policy.selector().sampled_guards());
             }
