@@ -375,19 +375,23 @@ impl UdpTransport {
         };
         for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
             let stride = m.stride.max(1);
-            for datagram in slice[..m.len].chunks(stride) {
-                let engine = &self.engine;
-                let from = self
-                    .addressing
-                    .received(m.addr, m.dst_ip, datagram, |a| engine.knows(a));
+            let datagrams = &slice[..m.len];
+            // One source, one destination and one size for the whole GRO batch: its address
+            // bookkeeping is done once, not per datagram.
+            let first = &datagrams[..stride.min(datagrams.len())];
+            let engine = &self.engine;
+            let from = self
+                .addressing
+                .received(m.addr, m.dst_ip, first, |a| engine.knows(a));
+            let mut authenticated = false;
+            for datagram in datagrams.chunks(stride) {
                 match &mut self.faults {
-                    None => {
-                        if self.engine.handle_datagram(from, datagram, now) {
-                            self.addressing.authenticated(from, m.dst_ip);
-                        }
-                    }
+                    None => authenticated |= self.engine.handle_datagram(from, datagram, now),
                     Some(faults) => faults.shim.push(now, (from, m.dst_ip, datagram.to_vec())),
                 }
+            }
+            if authenticated {
+                self.addressing.authenticated(from, m.dst_ip);
             }
         }
         if let Some(faults) = &self.faults {
