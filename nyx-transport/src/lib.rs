@@ -21,6 +21,8 @@
 //!   per-source HELLO limits before any expensive cryptography), and the task that owns a
 //!   socket and the engine ([`udp::UdpTransport`], with GSO/GRO and `recvmmsg` batching
 //!   through quinn-udp).
+//! * [`socket`]: the datagram socket under both: batched where the system allows it, one
+//!   datagram per system call where it refuses (network simulators such as Shadow).
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
 //!   tests of this crate and the overlay put between real sockets.
 //!
@@ -37,6 +39,7 @@ pub mod identity_tls;
 pub mod link;
 pub mod pq_kx;
 pub mod quic;
+pub mod socket;
 pub mod udp;
 
 pub use error::Error;

@@ -23,6 +23,7 @@ use tokio::sync::{Mutex, mpsc};
 
 use crate::Error;
 use crate::identity_tls::{Refusal, client_config_reporting, peer_node_id, server_config};
+use crate::socket::{DatagramSocket, QuinnSocket, SocketMode};
 
 /// Longest control message.
 pub const MAX_CONTROL_LEN: usize = 64 * 1024;
@@ -43,6 +44,9 @@ pub struct QuicConfig {
     pub congestion: QuicCongestion,
     /// Which incoming attempts get a handshake (Retry under load, per-source limits).
     pub admission: AdmissionConfig,
+    /// How the endpoint's socket moves datagrams ([`crate::socket`]). Default
+    /// [`SocketMode::Auto`].
+    pub socket: SocketMode,
 }
 
 /// Which congestion controller quinn runs on a link.
@@ -67,6 +71,7 @@ impl Default for QuicConfig {
             datagram_receive_buffer: 4 << 20,
             congestion: QuicCongestion::Bbr,
             admission: AdmissionConfig::default(),
+            socket: SocketMode::Auto,
         }
     }
 }
@@ -107,9 +112,11 @@ impl QuicEndpoint {
         identity: Arc<IdentityKey>,
         config: QuicConfig,
     ) -> Result<Self, Error> {
-        let server = server(&identity, &config)?;
-        let endpoint = quinn::Endpoint::server(server, addr).map_err(io)?;
-        QuicEndpoint::new(endpoint, Some(identity), config)
+        let socket = Arc::new(QuinnSocket(Arc::new(DatagramSocket::bind(
+            addr,
+            config.socket,
+        )?)));
+        Self::on_socket(socket, Some(identity), config)
     }
 
     /// Bind `addr` (needs a tokio runtime) as a client-only endpoint: it accepts no links
@@ -118,35 +125,48 @@ impl QuicEndpoint {
     /// links of one client from links of two clients, and holds no signature by a lasting
     /// key of the client.
     pub fn bind_client(addr: SocketAddr, config: QuicConfig) -> Result<Self, Error> {
-        let endpoint = quinn::Endpoint::client(addr).map_err(io)?;
-        QuicEndpoint::new(endpoint, None, config)
+        let socket = Arc::new(QuinnSocket(Arc::new(DatagramSocket::bind(
+            addr,
+            config.socket,
+        )?)));
+        Self::on_socket(socket, None, config)
     }
 
     /// [`bind`](Self::bind) (`Some(identity)`) or [`bind_client`](Self::bind_client)
     /// (`None`) with the fault shim on everything this endpoint sends (tests); returns the
-    /// shim too, for its counters.
+    /// shim too, for its counters. The shim sends one datagram per system call.
     pub fn bind_with_faults(
         addr: SocketAddr,
         identity: Option<Arc<IdentityKey>>,
         config: QuicConfig,
         faults: crate::fault::FaultConfig,
     ) -> Result<(Self, Arc<crate::fault::FaultyQuicSocket>), Error> {
+        let inner = Arc::new(QuinnSocket(Arc::new(DatagramSocket::bind(
+            addr,
+            config.socket,
+        )?)));
+        let shim = Arc::new(crate::fault::FaultyQuicSocket::new(inner, faults));
+        Ok((Self::on_socket(shim.clone(), identity, config)?, shim))
+    }
+
+    /// The endpoint on `socket`: a relay's if `identity` is given, else client-only.
+    fn on_socket(
+        socket: Arc<dyn quinn::AsyncUdpSocket>,
+        identity: Option<Arc<IdentityKey>>,
+        config: QuicConfig,
+    ) -> Result<Self, Error> {
         let server = match &identity {
             Some(identity) => Some(server(identity, &config)?),
             None => None,
         };
-        let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
-        let socket = std::net::UdpSocket::bind(addr).map_err(io)?;
-        let inner = runtime.wrap_udp_socket(socket).map_err(io)?;
-        let shim = Arc::new(crate::fault::FaultyQuicSocket::new(inner, faults));
         let endpoint = quinn::Endpoint::new_with_abstract_socket(
             quinn::EndpointConfig::default(),
             server,
-            shim.clone(),
-            runtime,
+            socket,
+            Arc::new(quinn::TokioRuntime),
         )
         .map_err(io)?;
-        Ok((QuicEndpoint::new(endpoint, identity, config)?, shim))
+        QuicEndpoint::new(endpoint, identity, config)
     }
 
     fn new(

@@ -55,7 +55,10 @@ impl BoundNode {
             false => OnionKeyRing::new(RotationPolicy::default())?,
         };
         let bound = match settings.transport {
-            TransportKind::Quic => {
+            // The fault shim (one datagram per send, no GSO) only where a test asks for it.
+            TransportKind::Quic
+                if settings.faults != FaultConfig::default() || settings.tap.is_some() =>
+            {
                 let (endpoint, shim) = QuicEndpoint::bind_with_faults(
                     settings.listen,
                     relay.then(|| identity.clone()),
@@ -65,6 +68,17 @@ impl BoundNode {
                 if let Some(tap) = &settings.tap {
                     shim.set_tap(tap.clone());
                 }
+                Bound::Quic(std::sync::Arc::new(endpoint))
+            }
+            TransportKind::Quic => {
+                let endpoint = match relay {
+                    true => QuicEndpoint::bind(
+                        settings.listen,
+                        identity.clone(),
+                        settings.quic.clone(),
+                    )?,
+                    false => QuicEndpoint::bind_client(settings.listen, settings.quic.clone())?,
+                };
                 Bound::Quic(std::sync::Arc::new(endpoint))
             }
             TransportKind::Udp => {

@@ -63,6 +63,11 @@ pub struct NodeStats {
     pub udp_send_queue: usize,
     /// What became of incoming QUIC connection attempts (all zero over UDP).
     pub quic_admission: nyx_transport::admission::AdmissionStats,
+    /// The UDP transport's counters (handshakes, cookies, drops, link-table changes);
+    /// `None` over QUIC, or when the transport did not answer.
+    pub udp: Option<nyx_transport::udp::UdpStats>,
+    /// The UDP transport's socket (plain or batched I/O, receive errors); `None` over QUIC.
+    pub udp_socket: Option<nyx_transport::socket::SocketStats>,
 }
 
 /// What handles ask of the driver.

@@ -123,7 +123,11 @@ impl Control for ControlService {
             transport: config.transport.to_string(),
             listen_addr: e.listen.to_string(),
             socks_addr: e.socks.map(|a| a.to_string()).unwrap_or_default(),
-            control_socket: e.control.display().to_string(),
+            control_socket: e
+                .control
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             prometheus_addr: e.prometheus.map(|a| a.to_string()).unwrap_or_default(),
             data_dir: e.data_dir.display().to_string(),
             pid: std::process::id(),

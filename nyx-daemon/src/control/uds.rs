@@ -1,6 +1,10 @@
 //! The control socket: a Unix domain socket, mode 0600 in a directory of mode 0700, whose
 //! connections are accepted only from the daemon's own user (checked with the peer
 //! credentials the kernel reports, `SO_PEERCRED`), and the client side that dials it.
+//!
+//! A "path" starting with `@` names a Linux abstract socket instead (`@nyx` is the name
+//! `nyx`): no file and no file permissions, so the peer credentials are its only guard;
+//! for environments that cannot bind paths (the Shadow simulator).
 
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -19,7 +23,31 @@ use crate::Error;
 pub struct ControlListener {
     listener: Option<UnixListener>,
     path: PathBuf,
-    owner: u32,
+    /// The daemon's user; `None` where the system does not report credentials (then every
+    /// connection is refused).
+    owner: Option<u32>,
+}
+
+/// The abstract socket name `path` stands for, if it starts with `@`.
+fn abstract_name(path: &Path) -> Option<&[u8]> {
+    path.as_os_str().as_encoded_bytes().strip_prefix(b"@")
+}
+
+/// An abstract socket address for `name`.
+fn abstract_addr(name: &[u8]) -> std::io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(name)
+}
+
+/// The user this process runs as, from the credentials of a socket pair's other end.
+fn own_uid() -> Option<u32> {
+    let (a, _b) = std::os::unix::net::UnixStream::pair().ok()?;
+    a.set_nonblocking(true).ok()?;
+    UnixStream::from_std(a)
+        .ok()?
+        .peer_cred()
+        .ok()
+        .map(|c| c.uid())
 }
 
 impl ControlListener {
@@ -31,6 +59,18 @@ impl ControlListener {
             path: path.to_owned(),
             reason,
         };
+        if let Some(name) = abstract_name(path) {
+            let listener = abstract_addr(name)
+                .and_then(|addr| std::os::unix::net::UnixListener::bind_addr(&addr))
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(UnixListener::from_std)
+                .map_err(|e| fail(e.to_string()))?;
+            return Ok(ControlListener {
+                listener: Some(listener),
+                path: path.to_owned(),
+                owner: own_uid(),
+            });
+        }
         let parent = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -70,7 +110,7 @@ impl ControlListener {
         Ok(ControlListener {
             listener: Some(listener),
             path: path.to_owned(),
-            owner,
+            owner: Some(owner),
         })
     }
 
@@ -93,7 +133,10 @@ impl ControlListener {
         Ok(
             tokio_stream::wrappers::UnixListenerStream::new(listener).filter_map(move |conn| {
                 match conn {
-                    Ok(conn) => match check_peer(&conn, owner) {
+                    Ok(conn) => match owner
+                        .ok_or_else(|| "the system reports no user ids".to_owned())
+                        .and_then(|owner| check_peer(&conn, owner))
+                    {
                         Ok(()) => Some(Ok(conn)),
                         Err(reason) => {
                             tracing::warn!(%reason, "control connection refused");
@@ -112,7 +155,21 @@ impl ControlListener {
 
 impl Drop for ControlListener {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
+        if abstract_name(&self.path).is_none() {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Dial the socket at `path` (a file, or `@name`).
+async fn dial(path: &Path) -> std::io::Result<UnixStream> {
+    match abstract_name(path) {
+        None => UnixStream::connect(path).await,
+        Some(name) => {
+            let stream = std::os::unix::net::UnixStream::connect_addr(&abstract_addr(name)?)?;
+            stream.set_nonblocking(true)?;
+            UnixStream::from_std(stream)
+        }
     }
 }
 
@@ -139,7 +196,7 @@ pub async fn connect(path: &Path) -> Result<ControlClient<Channel>, Error> {
         reason,
     };
     // Try once directly, for a clear error before tonic wraps it.
-    match UnixStream::connect(path).await {
+    match dial(path).await {
         Ok(_) => {}
         Err(e)
             if matches!(
@@ -159,7 +216,7 @@ pub async fn connect(path: &Path) -> Result<ControlClient<Channel>, Error> {
     let channel = Endpoint::from_static("http://nyx.control.local")
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = owned.clone();
-            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+            async move { dial(&path).await.map(TokioIo::new) }
         }))
         .await
         .map_err(|e| fail(format!("cannot connect: {e}")))?;
@@ -170,17 +227,37 @@ pub async fn connect(path: &Path) -> Result<ControlClient<Channel>, Error> {
 mod tests {
     use super::*;
 
-    fn own_uid() -> u32 {
-        fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
-    }
-
     #[tokio::test]
     async fn peer_of_another_uid_is_refused() {
         let (a, _b) = UnixStream::pair().unwrap();
-        let me = own_uid();
+        let me = own_uid().unwrap();
+        assert_eq!(me, fs::metadata("/proc/self").unwrap().uid());
         assert!(check_peer(&a, me).is_ok());
         let err = check_peer(&a, me.wrapping_add(1)).unwrap_err();
         assert!(err.contains(&format!("uid {me}")), "{err}");
+    }
+
+    /// An `@name` binds an abstract socket: no file appears, the daemon's own user gets
+    /// through, and a second daemon cannot take the name.
+    #[tokio::test]
+    async fn an_abstract_name_serves_without_a_file() {
+        let path = PathBuf::from(format!("@nyx-test-{}", std::process::id()));
+        let mut listener = ControlListener::bind(&path).unwrap();
+        assert!(!path.exists(), "no file for an abstract name");
+        let err = ControlListener::bind(&path).unwrap_err().to_string();
+        assert!(err.contains("in use"), "{err}");
+        let mut incoming = Box::pin(listener.incoming().unwrap());
+        let _client = dial(&path).await.unwrap();
+        let accepted = tokio::time::timeout(std::time::Duration::from_secs(5), incoming.next())
+            .await
+            .unwrap();
+        assert!(matches!(accepted, Some(Ok(_))), "own user accepted");
+        drop(incoming);
+        drop(listener);
+        assert!(
+            ControlListener::bind(&path).is_ok(),
+            "the name is free again"
+        );
     }
 
     #[tokio::test]

@@ -36,7 +36,7 @@ pub struct Ready {
     pub listen: String,
     /// The SOCKS5 entry ("" when off).
     pub socks: String,
-    /// The control socket.
+    /// The control socket ("" when off).
     pub control: String,
     /// The Prometheus endpoint ("" when off).
     pub prometheus: String,
@@ -129,7 +129,10 @@ impl Daemon {
         // Bind every local listener before starting anything, so a port in use fails the
         // start cleanly.
         let signals = Signals::install(&control_path)?;
-        let control_listener = ControlListener::bind(&control_path)?;
+        let control_listener = match config.control.enabled {
+            true => Some(ControlListener::bind(&control_path)?),
+            false => None,
+        };
         let socks_listener = match config.socks.enabled {
             true => Some(bind_tcp("SOCKS5", config.socks.listen).await?),
             false => None,
@@ -150,7 +153,7 @@ impl Daemon {
         let endpoints = Endpoints {
             listen,
             socks: socks_listener.as_ref().and_then(|l| l.local_addr().ok()),
-            control: control_path.clone(),
+            control: control_listener.as_ref().map(|l| l.path().to_owned()),
             prometheus: prometheus.as_ref().and_then(|p| p.local_addr().ok()),
             data_dir: data_dir.clone(),
         };
@@ -255,19 +258,25 @@ impl Daemon {
             guards_path,
             saved_guards,
         ));
-        let stop = state.clone();
-        let control_state = state.clone();
-        tasks.push(tokio::spawn(async move {
-            let shutdown = async move { stop.shutdown_requested().await };
-            if let Err(e) = control::serve(control_listener, control_state, shutdown).await {
-                tracing::error!(error = %e, "control socket stopped");
-            }
-        }));
+        if let Some(listener) = control_listener {
+            let stop = state.clone();
+            let control_state = state.clone();
+            tasks.push(tokio::spawn(async move {
+                let shutdown = async move { stop.shutdown_requested().await };
+                if let Err(e) = control::serve(listener, control_state, shutdown).await {
+                    tracing::error!(error = %e, "control socket stopped");
+                }
+            }));
+        }
         let ready = Ready {
             node_id: node.handle().node_id().to_string(),
             listen: listen.to_string(),
             socks: endpoints.socks.map(|a| a.to_string()).unwrap_or_default(),
-            control: control_path.display().to_string(),
+            control: endpoints
+                .control
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             prometheus: endpoints
                 .prometheus
                 .map(|a| a.to_string())

@@ -32,8 +32,8 @@ pub struct Endpoints {
     pub listen: SocketAddr,
     /// The SOCKS5 entry, when on.
     pub socks: Option<SocketAddr>,
-    /// The control socket.
-    pub control: PathBuf,
+    /// The control socket, when on (a path, or `@name` for an abstract socket).
+    pub control: Option<PathBuf>,
     /// The Prometheus endpoint, when on.
     pub prometheus: Option<SocketAddr>,
     /// The data directory.

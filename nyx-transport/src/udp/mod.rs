@@ -115,6 +115,9 @@ pub struct UdpConfig {
     pub max_cell_len: usize,
     /// Memory cap of the datagram buffer pool. Default 64 MiB.
     pub pool_bytes: usize,
+    /// How the transport's socket moves datagrams ([`crate::socket`]). Default
+    /// [`SocketMode::Auto`](crate::socket::SocketMode::Auto). The engine does not use it.
+    pub socket: crate::socket::SocketMode,
 }
 
 impl Default for UdpConfig {
@@ -130,6 +133,7 @@ impl Default for UdpConfig {
             max_cell_len: 1400,
             pad_to: nyx_crypto::onion::CELL_LEN + 4,
             pool_bytes: 64 << 20,
+            socket: crate::socket::SocketMode::Auto,
         }
     }
 }

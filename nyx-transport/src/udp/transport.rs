@@ -1,7 +1,8 @@
 //! The UDP transport's driver: one task owns the socket and the [`UdpEngine`], moves
 //! datagrams with the fewest system calls the kernel allows (quinn-udp: GSO for runs of
-//! equal-size datagrams to one peer, GRO and `recvmmsg` on receive), and talks to the rest of
-//! the node through channels. The caller (nyx-node) spawns [`UdpTransport::run`].
+//! equal-size datagrams to one peer, GRO and `recvmmsg` on receive; one datagram per call
+//! where the system refuses those, see [`crate::socket`]), and talks to the rest of the node
+//! through channels. The caller (nyx-node) spawns [`UdpTransport::run`].
 
 use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
@@ -15,13 +16,13 @@ use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridPublicKey;
 use nyx_crypto::link::LinkKey;
-use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
-use tokio::io::Interest;
+use quinn_udp::{RecvMeta, Transmit};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::Error;
 use crate::fault::{FaultConfig, FaultCounters, FaultShim};
+use crate::socket::{DatagramSocket, SocketMode, SocketStats, io_error};
 use crate::udp::{LinkStats, UdpConfig, UdpEngine, UdpEvent, UdpStats};
 
 /// Datagrams received per system call at most.
@@ -30,8 +31,10 @@ const RECV_BATCH: usize = 32;
 const COMMAND_BATCH: usize = 63;
 /// Largest GSO batch in bytes (a UDP send carries at most 65 507 bytes of payload).
 const MAX_GSO_BYTES: usize = 65_000;
-/// Socket buffer size asked of the kernel.
-const SOCKET_BUFFER: usize = 4 << 20;
+/// First pause of receiving after a failed receive; it doubles per consecutive failure.
+const RECV_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+/// Longest pause of receiving after failed receives.
+const MAX_RECV_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 /// Room per receive buffer: 64 KiB holds a GRO batch.
 const RECV_BUF: usize = 64 * 1024;
 
@@ -81,13 +84,14 @@ pub struct UdpSnapshot {
     pub transport: UdpStats,
     /// Each link: its address, peer and counters.
     pub links: Vec<(SocketAddr, NodeId, LinkStats)>,
+    /// The socket's own counters.
+    pub socket: SocketStats,
 }
 
 /// A UDP socket and its protocol engine.
 #[derive(Debug)]
 pub struct UdpTransport {
-    io: tokio::net::UdpSocket,
-    state: UdpSocketState,
+    socket: DatagramSocket,
     engine: UdpEngine,
     /// The engine's time line.
     clock: CoarseClock,
@@ -101,6 +105,13 @@ pub struct UdpTransport {
     faults: Option<ReceiveFaults>,
     /// How the socket's addresses map to the engine's (see [`Addressing`]).
     addressing: Addressing,
+    /// Receives that failed with an error other than "nothing to read".
+    receive_errors: u64,
+    /// Failed receives since the last good one.
+    consecutive_errors: u32,
+    /// After a failed receive the socket is not read again before this (no busy loop on
+    /// an error that persists).
+    receive_paused_until: Option<Instant>,
 }
 
 /// Addresses between the socket and the engine. The engine sees every peer by its plain
@@ -208,52 +219,61 @@ struct ReceiveFaults {
 
 impl UdpTransport {
     /// Bind `addr` (needs a tokio runtime) as a relay: `identity` with its link keys
-    /// ([`UdpEngine::new`]).
+    /// ([`UdpEngine::new`]), the socket in `config.socket` mode.
     pub fn bind(
         addr: SocketAddr,
         identity: Arc<IdentityKey>,
         link_keys: Vec<LinkKey>,
         config: UdpConfig,
     ) -> Result<Self, Error> {
-        let max_peers = config.max_peers;
+        let (max_peers, mode) = (config.max_peers, config.socket);
         let engine = UdpEngine::new(config, identity, link_keys, Timestamp::ZERO)?;
-        Self::bind_engine(addr, engine, max_peers)
+        Self::bind_engine(addr, engine, max_peers, mode)
     }
 
     /// Bind `addr` (needs a tokio runtime) as a client-only node ([`UdpEngine::client`]):
     /// no HELLO is answered, and each dialled link shows an identity of its own.
     pub fn bind_client(addr: SocketAddr, config: UdpConfig) -> Result<Self, Error> {
-        let max_peers = config.max_peers;
-        Self::bind_engine(addr, UdpEngine::client(config, Timestamp::ZERO)?, max_peers)
+        let (max_peers, mode) = (config.max_peers, config.socket);
+        let engine = UdpEngine::client(config, Timestamp::ZERO)?;
+        Self::bind_engine(addr, engine, max_peers, mode)
     }
 
-    fn bind_engine(addr: SocketAddr, engine: UdpEngine, max_peers: usize) -> Result<Self, Error> {
-        let std = std::net::UdpSocket::bind(addr).map_err(io_error("bind UDP socket"))?;
-        std.set_nonblocking(true)
-            .map_err(io_error("make UDP socket non-blocking"))?;
-        let state = UdpSocketState::new((&std).into()).map_err(io_error("configure UDP socket"))?;
-        // Bursts of cells must not overflow the kernel's default ~200 KiB buffers; the kernel
-        // caps these at net.core.{r,w}mem_max, so failure to get all of it is not an error.
-        let _ = state.set_recv_buffer_size((&std).into(), SOCKET_BUFFER);
-        let _ = state.set_send_buffer_size((&std).into(), SOCKET_BUFFER);
-        let io = tokio::net::UdpSocket::from_std(std).map_err(io_error("register UDP socket"))?;
-        let local = io.local_addr().map_err(io_error("UDP socket address"))?;
+    fn bind_engine(
+        addr: SocketAddr,
+        engine: UdpEngine,
+        max_peers: usize,
+        mode: SocketMode,
+    ) -> Result<Self, Error> {
+        let socket = DatagramSocket::bind(addr, mode)?;
+        let local = socket
+            .local_addr()
+            .map_err(io_error("UDP socket address"))?;
         Ok(UdpTransport {
             addressing: Addressing::new(local, max_peers),
-            io,
-            state,
+            socket,
             engine,
             clock: CoarseClock::new(),
             batch: Vec::with_capacity(MAX_GSO_BYTES),
             run: Vec::with_capacity(64),
             tap: None,
             faults: None,
+            receive_errors: 0,
+            consecutive_errors: 0,
+            receive_paused_until: None,
         })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddr, Error> {
-        self.io.local_addr().map_err(io_error("UDP socket address"))
+        self.socket
+            .local_addr()
+            .map_err(io_error("UDP socket address"))
+    }
+
+    /// Whether the socket moves one datagram per system call (see [`crate::socket`]).
+    pub fn plain_io(&self) -> bool {
+        self.socket.is_plain()
     }
 
     /// Record every datagram this transport sends into `tap` (tests of what is on the wire).
@@ -295,6 +315,11 @@ impl UdpTransport {
                 .flatten()
                 .min()
                 .map(|t| Instant::from_std(self.clock.instant_of(t)));
+            let wake = [wake, self.receive_paused_until]
+                .into_iter()
+                .flatten()
+                .min();
+            let paused = self.receive_paused_until.is_some();
             tokio::select! {
                 command = commands.recv() => {
                     let Some(command) = command else { return Ok(()) };
@@ -307,11 +332,14 @@ impl UdpTransport {
                         self.execute(command, now)?;
                     }
                 }
-                ready = self.io.readable() => {
+                ready = self.socket.readable(), if !paused => {
                     ready.map_err(io_error("UDP socket readiness"))?;
                     self.receive(&mut storage, &mut meta);
                 }
                 () = sleep_until(wake) => {
+                    if self.receive_paused_until.is_some_and(|t| t <= Instant::now()) {
+                        self.receive_paused_until = None;
+                    }
                     let now = self.now();
                     self.release_held(now);
                     self.engine.handle_timeout(now);
@@ -354,6 +382,10 @@ impl UdpTransport {
                 let _ = reply.send(UdpSnapshot {
                     transport: self.engine.stats(),
                     links: self.engine.links(),
+                    socket: SocketStats {
+                        plain_io: self.socket.is_plain(),
+                        receive_errors: self.receive_errors,
+                    },
                 });
                 Ok(())
             }
@@ -363,15 +395,21 @@ impl UdpTransport {
     /// Receive everything ready (GRO batches split by stride) into the engine.
     fn receive(&mut self, storage: &mut [u8], meta: &mut [RecvMeta; RECV_BATCH]) {
         let now = self.now();
-        let (io, state) = (&self.io, &self.state);
         // On the stack: no allocation per receive.
         let mut chunks = storage.chunks_mut(RECV_BUF);
         let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
-        let Ok(n) = io.try_io(Interest::READABLE, || {
-            state.recv(io.into(), &mut slices, meta)
-        }) else {
-            return; // spurious readiness: nothing to read
+        let n = match self.socket.try_recv(&mut slices, meta) {
+            Ok(n) => {
+                self.consecutive_errors = 0;
+                n
+            }
+            // Spurious readiness: nothing to read.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                self.receive_failed(&e);
+                return;
+            }
         };
         for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
             let stride = m.stride.max(1);
@@ -400,6 +438,27 @@ impl UdpTransport {
         self.release_held(now);
     }
 
+    /// A receive failed with `e` (not "nothing to read"): count and report it, and read the
+    /// socket again only after a pause that doubles while the failures go on, so an error
+    /// that persists costs a wake-up per second, not a busy loop.
+    fn receive_failed(&mut self, e: &io::Error) {
+        self.receive_errors += 1;
+        self.consecutive_errors = self.consecutive_errors.saturating_add(1);
+        let pause = RECV_ERROR_PAUSE
+            .saturating_mul(1 << self.consecutive_errors.min(11).saturating_sub(1))
+            .min(MAX_RECV_ERROR_PAUSE);
+        // The first of a run, then one in 64: reported, not flooding the log.
+        if self.consecutive_errors == 1 || self.receive_errors.is_multiple_of(64) {
+            tracing::warn!(
+                error = %e,
+                failures = self.receive_errors,
+                pause_ms = pause.as_millis() as u64,
+                "receiving from the UDP socket failed"
+            );
+        }
+        self.receive_paused_until = Some(Instant::now() + pause);
+    }
+
     /// Tests: hand the engine every datagram the fault shim releases by `now`.
     fn release_held(&mut self, now: Timestamp) {
         let Some(faults) = &mut self.faults else {
@@ -416,7 +475,7 @@ impl UdpTransport {
     /// one GSO transmit (copied into one contiguous batch, the layout GSO requires; a lone
     /// datagram goes out straight from its pooled buffer).
     async fn flush(&mut self) {
-        let max_segments = self.state.max_gso_segments().max(1);
+        let max_segments = self.socket.max_gso_segments().max(1);
         // Reused across flushes: no allocation per wake-up.
         let mut run = std::mem::take(&mut self.run);
         let mut run_to: Option<SocketAddr> = None;
@@ -467,12 +526,10 @@ impl UdpTransport {
             src_ip,
         };
         loop {
-            if self.io.writable().await.is_err() {
+            if self.socket.writable().await.is_err() {
                 return;
             }
-            match self.io.try_io(Interest::WRITABLE, || {
-                self.state.send((&self.io).into(), &transmit)
-            }) {
+            match self.socket.try_send(&transmit) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 // Datagrams are unreliable: a send error (unreachable peer) drops them.
                 _ => return,
@@ -489,14 +546,6 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// An [`Error::Io`] for a failed `what`, keeping the system's error as the source.
-fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> Error {
-    move |e| Error::Io {
-        what,
-        source: Arc::new(e),
     }
 }
 

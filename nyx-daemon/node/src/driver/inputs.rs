@@ -221,7 +221,7 @@ impl Driver {
                 }
             }
             Command::Stats(reply) => {
-                let _ = reply.send(NodeStats {
+                let stats = NodeStats {
                     overlay: self.overlay.stats(),
                     links: self.links.live.len(),
                     relay_circuits: self.overlay.relay_circuits(),
@@ -236,7 +236,27 @@ impl Driver {
                         .as_ref()
                         .map(|q| q.admission_stats())
                         .unwrap_or_default(),
-                });
+                    udp: None,
+                    udp_socket: None,
+                };
+                // The UDP transport's counters live in its task: ask it, and answer when it
+                // does (without them if its queue is full or it stopped).
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                match self.udp.as_ref().map(|u| u.try_send(UdpCommand::Stats(tx))) {
+                    Some(Ok(())) => {
+                        tokio::spawn(async move {
+                            let snapshot = rx.await.ok();
+                            let _ = reply.send(NodeStats {
+                                udp: snapshot.as_ref().map(|s| s.transport),
+                                udp_socket: snapshot.map(|s| s.socket),
+                                ..stats
+                            });
+                        });
+                    }
+                    _ => {
+                        let _ = reply.send(stats);
+                    }
+                }
             }
             Command::OnionCerts(reply) => {
                 let _ = reply.send(self.overlay.onion_keys().certs().to_vec());

@@ -20,6 +20,7 @@ use crate::Error;
 use nyx_node::{NodeRole, NodeSettings};
 use nyx_overlay::circuit::LiveLimits;
 use nyx_overlay::directory::{ExitPolicy, MAX_FAMILY, MAX_NICKNAME_LEN};
+use nyx_transport::socket::SocketMode;
 pub use sections::{AuthoritySection, ControlConfig, LogConfig, LogFormat, TelemetryConfig};
 
 /// Everything `nyx-daemon` reads from its TOML file. Every field has a default, so an empty
@@ -34,6 +35,10 @@ pub struct DaemonConfig {
     pub listen: Vec<SocketAddr>,
     /// `quic` (default) or `udp`.
     pub transport: TransportKind,
+    /// How the node's socket moves datagrams: `auto` (default: batched system calls, one
+    /// datagram per call where the system refuses batching), `batched`, or `plain` (one
+    /// datagram per `recvfrom`/`sendto`, as network simulators such as Shadow need).
+    pub socket_io: SocketIo,
     /// Keys, the control socket and the published descriptor live here. Default
     /// `$XDG_STATE_HOME/nyx` or `~/.local/state/nyx`.
     pub data_dir: Option<PathBuf>,
@@ -55,6 +60,49 @@ pub struct DaemonConfig {
     pub telemetry: TelemetryConfig,
     /// Running as a directory authority.
     pub authority: AuthoritySection,
+    /// How circuits' paths are chosen.
+    pub path: PathSection,
+}
+
+/// `socket_io`: how the node's socket moves datagrams ([`nyx_transport::socket`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SocketIo {
+    /// Batched where the system allows it, plain where it refuses.
+    #[default]
+    Auto,
+    /// Batched only: the start fails where the system refuses it.
+    Batched,
+    /// One datagram per system call.
+    Plain,
+}
+
+impl From<SocketIo> for SocketMode {
+    fn from(io: SocketIo) -> Self {
+        match io {
+            SocketIo::Auto => SocketMode::Auto,
+            SocketIo::Batched => SocketMode::Batched,
+            SocketIo::Plain => SocketMode::Plain,
+        }
+    }
+}
+
+/// `[path]`: how circuits' paths are chosen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PathSection {
+    /// No two relays of a path in one IPv4 /16 or IPv6 /32. Default `true`; turn it off
+    /// only for test networks whose relays share a subnet (it guards against one operator
+    /// or network seeing two hops).
+    pub distinct_subnets: bool,
+}
+
+impl Default for PathSection {
+    fn default() -> Self {
+        PathSection {
+            distinct_subnets: true,
+        }
+    }
 }
 
 /// `[socks]`: the SOCKS5 entry.
@@ -183,6 +231,7 @@ impl Default for DaemonConfig {
         DaemonConfig {
             listen: Vec::new(),
             transport: TransportKind::Quic,
+            socket_io: SocketIo::Auto,
             data_dir: None,
             nickname: "nyx".to_owned(),
             control: ControlConfig::default(),
@@ -193,6 +242,7 @@ impl Default for DaemonConfig {
             log: LogConfig::default(),
             telemetry: TelemetryConfig::default(),
             authority: AuthoritySection::default(),
+            path: PathSection::default(),
         }
     }
 }
@@ -516,6 +566,9 @@ impl DaemonConfig {
             s.listen = *addr;
         }
         s.advertise = self.relay.advertise;
+        s.udp.socket = self.socket_io.into();
+        s.quic.socket = self.socket_io.into();
+        s.path.distinct_subnets = self.path.distinct_subnets;
         if let Ok(limits) = self.live_limits() {
             s.overlay.link_cells = limits.link_cells;
             s.overlay.circuit_cells = limits.circuit_cells;

@@ -12,11 +12,25 @@ use serde::{Deserialize, Serialize};
 const MAX_UNIX_SOCKET_PATH: usize = 107;
 
 /// The local gRPC control socket.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ControlConfig {
-    /// Path of the Unix domain socket. Default: unset, meaning `<data_dir>/control.sock`.
+    /// Serve the control socket. Default `true`; without it `nyx` cannot reach the daemon
+    /// (signals still stop and reload it).
+    pub enabled: bool,
+    /// Path of the Unix domain socket, or `@name` for a Linux abstract socket name (no file;
+    /// for environments that cannot bind paths, such as the Shadow simulator). Default:
+    /// unset, meaning `<data_dir>/control.sock`.
     pub socket: Option<PathBuf>,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            enabled: true,
+            socket: None,
+        }
+    }
 }
 
 /// Logging.
@@ -93,6 +107,11 @@ impl ControlConfig {
                 p.push((
                     "control.socket",
                     "must not be empty (leave it unset for the default)".to_owned(),
+                ));
+            } else if sock.as_os_str() == "@" {
+                p.push((
+                    "control.socket",
+                    "an abstract name needs characters after the @".to_owned(),
                 ));
             } else if len > MAX_UNIX_SOCKET_PATH {
                 p.push((

@@ -81,6 +81,43 @@ fn full_file_parses() {
     );
 }
 
+/// What a network simulator needs: plain socket I/O, an abstract control socket name or
+/// none, and paths whose relays may share a subnet; all reach the node's settings.
+#[test]
+fn simulator_keys_reach_the_settings() {
+    let c = parse_str(
+        r#"
+        socket_io = "plain"
+        [control]
+        socket = "@nyx-relay-7"
+        [path]
+        distinct_subnets = false
+        "#,
+    )
+    .unwrap();
+    let s = c.node_settings();
+    assert_eq!(s.udp.socket, SocketMode::Plain);
+    assert_eq!(s.quic.socket, SocketMode::Plain);
+    assert!(!s.path.distinct_subnets);
+    assert!(c.control.enabled);
+    let d = DaemonConfig::default().node_settings();
+    assert_eq!(
+        (d.udp.socket, d.quic.socket),
+        (SocketMode::Auto, SocketMode::Auto)
+    );
+    assert!(d.path.distinct_subnets, "on by default");
+    let off = parse_str("[control]\nenabled = false\n").unwrap();
+    assert!(!off.control.enabled);
+    for (text, needle) in [
+        ("socket_io = \"fast\"\n", "socket_io"),
+        ("[control]\nsocket = \"@\"\n", "control.socket"),
+        ("[path]\ndistinct_subnet = false\n", "distinct_subnet"),
+    ] {
+        let err = parse_str(text).unwrap_err().to_string();
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+}
+
 #[test]
 fn relay_family_problems_name_the_key() {
     let hex = |b: u8| format!("\"{}\"", NodeId::from_bytes([b; 32]));
@@ -310,6 +347,7 @@ fn altered(v: &toml::Value) -> Option<toml::Value> {
         V::String(s) if s.starts_with("http://") => V::String(format!("{s}0")),
         V::String(s) if s == "quic" => V::String("udp".to_owned()),
         V::String(s) if s == "text" => V::String("json".to_owned()),
+        V::String(s) if s == "auto" => V::String("plain".to_owned()),
         V::String(s) => V::String(format!("{s}x")),
         V::Array(a) if !a.is_empty() => {
             let mut a = a.clone();
