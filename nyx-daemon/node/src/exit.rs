@@ -97,7 +97,7 @@ async fn serve(service: Arc<ExitService>, mut stream: NyxStream, target: String)
     let Ok(_permit) = service.connections.clone().try_acquire_owned() else {
         return stream.reset(ResetReason::ResourceLimit);
     };
-    let mut tcp = match connect(&service, &target).await {
+    let tcp = match connect(&service, &target).await {
         Ok(tcp) => tcp,
         Err(reason) => {
             tracing::debug!(%reason, "exit stream refused");
@@ -106,6 +106,7 @@ async fn serve(service: Arc<ExitService>, mut stream: NyxStream, target: String)
     };
     let _ = tcp.set_nodelay(true);
     accept(stream.endpoint(), stream.id());
+    let mut tcp = crate::tcp::DrainingTcp::new(tcp);
     match tokio::io::copy_bidirectional(&mut tcp, &mut stream).await {
         Ok(_) => {}
         Err(e) => {

@@ -10,7 +10,9 @@
 //! * [`Node::connect`]: a [`NyxStream`] (`AsyncRead + AsyncWrite`) to `"host:port"` or
 //!   `(host, port)` through a 3-hop circuit, with [isolation groups](IsolationGroup);
 //! * [`NodeHandle::subscribe`]: [`NodeEvent`]s (circuits, peers, directory changes);
-//! * [`Error::kind`]: what went wrong, as an [`ErrorKind`] to match on.
+//! * [`Error::kind`]: what went wrong, as an [`ErrorKind`] to match on;
+//! * [`tcp::DrainingTcp`]: a TCP stream to relay into a [`NyxStream`] that never stalls on
+//!   a short read (the exit uses it; so does nyx-daemon's SOCKS entry).
 //!
 //! The node stops when the application drops the [`Node`], every [`NodeHandle`] and every
 //! [`NyxStream`] (or at once with [`Node::shutdown`]); its tasks end and its socket is
@@ -50,6 +52,7 @@ mod node;
 mod nyx_stream;
 mod settings;
 mod target;
+pub mod tcp;
 #[cfg(feature = "testing")]
 pub mod testing;
 

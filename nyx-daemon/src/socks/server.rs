@@ -16,6 +16,7 @@ use super::stats::{Active, Event, SocksCounters, SocksStats};
 use super::{isolation_group, reply_for_error};
 use crate::Error;
 use crate::daemon::stream_registry::{Counted, StreamRegistry, StreamSource};
+use nyx_node::tcp::DrainingTcp;
 use nyx_node::{IsolationGroup, NodeHandle, NyxStream};
 use nyx_overlay::stream::ResetReason;
 
@@ -271,6 +272,7 @@ async fn handle(
         return c.count(Event::Aborted);
     }
     c.count(Event::Replied(Reply::Succeeded));
+    let conn = DrainingTcp::new(conn);
     match ticket {
         Some(ticket) => {
             tokio::select! {
@@ -317,15 +319,15 @@ trait Linger: AsyncRead + AsyncWrite + Unpin {
     fn abort_on_close(&mut self);
 }
 
-impl Linger for TcpStream {
+impl Linger for DrainingTcp {
     fn abort_on_close(&mut self) {
-        let _ = self.set_zero_linger();
+        let _ = self.get_ref().set_zero_linger();
     }
 }
 
-impl Linger for Counted<'_, TcpStream> {
+impl Linger for Counted<'_, DrainingTcp> {
     fn abort_on_close(&mut self) {
-        let _ = self.get_mut().set_zero_linger();
+        let _ = self.get_mut().get_ref().set_zero_linger();
     }
 }
 
