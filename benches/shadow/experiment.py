@@ -58,8 +58,8 @@ def parse_args(argv):
     p.add_argument("--downloads", type=int, default=3, help="large downloads per client, in turn")
     p.add_argument("--nets", default="nyx-udp,nyx-quic,tor",
                    help="comma-separated: nyx-udp, nyx-quic, tor")
-    p.add_argument("--stop-s", type=int, default=600, help="simulated seconds at most")
-    p.add_argument("--start-s", type=int, default=60,
+    p.add_argument("--stop-s", type=int, default=180, help="simulated seconds at most")
+    p.add_argument("--start-s", type=int, default=30,
                    help="simulated second the clients start fetching (they retry until ready)")
     p.add_argument("--period-s", type=int, default=16, help="NyxNet authorities' voting period")
     p.add_argument("--parallelism", type=int, default=os.cpu_count() or 1)
@@ -253,7 +253,10 @@ def tor_network(args, base, www, specs):
         dir_lines.append(f"DirAuthority {name} orport={TOR_OR_PORT} no-v2 v3ident={v3} "
                          f"{addr}:{TOR_DIR_PORT} {fp}")
     authorities = "\n".join(dir_lines) + "\n"
-    exit_policy = f"ExitPolicy accept {SERVER_IP}/32:{SERVER_PORT}\nExitPolicy reject *:*\n" \
+    # Clients judge exits by the policy summaries of microdescriptors, which count only
+    # ports open to (nearly) every address: a policy for the server's address alone would
+    # summarise as "reject" and leave the clients without exits.
+    exit_policy = f"ExitPolicy accept *:{SERVER_PORT}\nExitPolicy reject *:*\n" \
                   "ExitPolicyRejectPrivate 0\nExitRelay 1\n"
 
     def relay_torrc(name, addr, extra):

@@ -945,3 +945,91 @@ fn every_datagram_after_the_handshake_has_one_size() {
             .any(|e| matches!(e, UdpEvent::Closed { .. }))
     );
 }
+
+/// Cells from each end to the other arrive: the two ends share one session.
+fn cells_cross(a: &mut Node, b: &mut Node, at: u64) {
+    a.engine
+        .send_cell(b.addr, &[1; 1152], Timestamp::from_millis(at))
+        .unwrap();
+    b.engine
+        .send_cell(a.addr, &[2; 1152], Timestamp::from_millis(at))
+        .unwrap();
+    let (ea, eb) = run(a, b, None, at, 2);
+    let cells = |events: &[UdpEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, UdpEvent::Cell { .. }))
+            .count()
+    };
+    assert_eq!((cells(&ea), cells(&eb)), (1, 1), "{ea:?} {eb:?}");
+    assert_eq!(
+        a.engine.stats().dropped_auth + b.engine.stats().dropped_auth,
+        0
+    );
+}
+
+/// Two relays that dial each other at the same moment (as every pair of authorities does
+/// when they start together under a simulator) end up with one link on one session, each
+/// reported once, whichever id is the smaller. Before, each end kept its own handshake and
+/// every DATA failed authentication at the other.
+#[test]
+fn crossed_dials_settle_on_one_session() {
+    for (sa, sb) in [(1, 2), (2, 1)] {
+        let (mut a, mut b) = (
+            node(sa, A, UdpConfig::default()),
+            node(sb, B, UdpConfig::default()),
+        );
+        connect(&mut a, &mut b);
+        connect(&mut b, &mut a);
+        let (ea, eb) = run(&mut a, &mut b, None, 0, 50);
+        let up = |events: &[UdpEvent]| {
+            events
+                .iter()
+                .filter(|e| matches!(e, UdpEvent::Connected { .. }))
+                .count()
+        };
+        assert_eq!((up(&ea), up(&eb)), (1, 1), "{ea:?} {eb:?}");
+        assert_eq!(
+            a.engine.stats().crossed_dials + b.engine.stats().crossed_dials,
+            2
+        );
+        cells_cross(&mut a, &mut b, 100);
+        // Nothing left over: no dial resends its HELLO later and replaces the session.
+        let (ea, eb) = run(&mut a, &mut b, None, 200, 10_000);
+        assert!(ea.is_empty() && eb.is_empty(), "{ea:?} {eb:?}");
+        cells_cross(&mut a, &mut b, 10_300);
+    }
+}
+
+/// A dial begun after the peer's HELLO arrived (the responder link not yet confirmed) is
+/// served by that link once confirmed; the dial's own handshake never replaces it.
+#[test]
+fn a_dial_behind_an_answered_hello_is_served_by_its_link() {
+    let (mut a, mut b) = (
+        node(1, A, UdpConfig::default()),
+        node(2, B, UdpConfig::default()),
+    );
+    connect(&mut a, &mut b);
+    // A's HELLO reaches B, which answers; only then does B dial A.
+    while let Some((_, d)) = a.engine.poll_transmit() {
+        b.engine.handle_datagram(a.addr, &d, Timestamp::ZERO);
+    }
+    connect(&mut b, &mut a);
+    let (ea, eb) = run(&mut a, &mut b, None, 0, 50);
+    let up = |events: &[UdpEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, UdpEvent::Connected { .. }))
+            .count()
+    };
+    assert_eq!((up(&ea), up(&eb)), (1, 1), "{ea:?} {eb:?}");
+    cells_cross(&mut a, &mut b, 100);
+    let (ea, eb) = run(&mut a, &mut b, None, 200, 10_000);
+    assert!(
+        ea.iter()
+            .chain(&eb)
+            .all(|e| !matches!(e, UdpEvent::Replaced { .. })),
+        "{ea:?} {eb:?}"
+    );
+    cells_cross(&mut a, &mut b, 10_300);
+}

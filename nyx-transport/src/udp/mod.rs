@@ -223,6 +223,9 @@ pub struct UdpStats {
     pub links_evicted: u64,
     /// Links closed by this node or by the peer.
     pub links_closed: u64,
+    /// Crossed dials: a HELLO from a peer this node was dialling at that moment. The dial
+    /// of the smaller node id goes on; the other node answers it and drops its own.
+    pub crossed_dials: u64,
 }
 
 /// Counters of one UDP link (plain data for metrics).
@@ -751,6 +754,18 @@ impl UdpEngine {
         ) {
             Ok((session, welcome, initiator)) => {
                 let peer = initiator.node_id();
+                // Both ends dialled each other at once (two relays that start together):
+                // each would finish its own handshake and answer the other's, and the two
+                // ends would settle on different sessions. Both decide by the node ids alike:
+                // the smaller id's dial goes on and its HELLO is answered; the larger drops
+                // its own dial (the link it answers reports `Connected` when confirmed).
+                if self.dials.get(&from).is_some_and(|d| d.peer == peer) {
+                    self.stats.crossed_dials += 1;
+                    if node < peer {
+                        return; // ours goes on: the peer answers it and drops its dial
+                    }
+                    self.dials.remove(&from);
+                }
                 match self.links.get_mut(&from) {
                     // A later HELLO from an address with a link (up, or still waiting for its
                     // first DATA): the initiator's next attempt after a lost WELCOME, a
@@ -933,6 +948,11 @@ impl UdpEngine {
             link.confirmed = true;
             link.stats.rtt = Some(now.saturating_duration_since(link.handshake_sent));
             self.stats.handshakes_ok += 1;
+            // A dial of ours to the same peer, begun after its HELLO arrived, is served by
+            // this link: ending it keeps a later WELCOME from replacing the session.
+            if self.dials.get(&from).is_some_and(|d| d.peer == peer) {
+                self.dials.remove(&from);
+            }
             tracing::debug!(peer = %Redacted(peer), "udp link up (accepted)");
             self.events
                 .push_back(UdpEvent::Connected { peer, addr: from });
