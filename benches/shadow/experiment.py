@@ -9,8 +9,9 @@ large one, then the medians and NyxNet/Tor ratios:
     SHADOW=../shared/tools/shadow/bin/shadow benches/shadow/experiment.py \\
         --relays 100 --clients 20 --latency-ms 20 --loss 0 --nets nyx-udp,nyx-quic,tor
 
-Topology: every host (authorities, relays, clients, one web server) attaches to one network
-node with a `--bandwidth-mbit` link up and down; every path between two hosts crosses one
+Topology: every host (authorities, relays, clients) attaches to one network node with a
+`--bandwidth-mbit` link up and down (the web server has 10 Gbit/s, so that clients do not
+queue at it); every path between two hosts crosses one
 edge of `--latency-ms` one-way latency that drops `--loss` of its packets. A 3-hop circuit
 thus crosses four links (client, guard, middle, exit, server), like compare.sh's per-link
 loss on loopback.
@@ -70,6 +71,9 @@ def parse_args(argv):
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--log-level", default="info", help="NyxNet daemons' log filter")
     p.add_argument("--generate-only", action="store_true", help="write the networks, do not run")
+    p.add_argument("--authority-keys", metavar="DIR",
+                   help="take the NyxNet authorities' keys from DIR (made there if missing), so "
+                        "that two runs simulate the same network; default: fresh keys")
     return p.parse_args(argv)
 
 
@@ -128,7 +132,9 @@ def shadow_yaml(args, hosts):
             "stop_time": f"{args.stop_s}s",
             "seed": args.seed,
             "parallelism": args.parallelism,
-            "model_unblocked_syscall_latency": True,
+            # Off: with it, runs differed by microseconds (how many non-blocking calls a
+            # thread makes is not reproducible); neither the daemon nor Tor busy-waits.
+            "model_unblocked_syscall_latency": False,
         },
         "network": {"graph": {"type": "gml", "inline": graph(args)}},
         "hosts": hosts,
@@ -151,6 +157,9 @@ def process(path, args, start_s, final="running", env=None):
 def common_hosts(args, www, specs, clients, client_procs):
     server = host(SERVER_IP, [process(args.python, [os.path.join(HERE, "peer.py"), "serve",
                                                    f"{SERVER_IP}:{SERVER_PORT}", www], 1)])
+    # The server's own link is not what is measured: 20 clients at once must not share one
+    # host link there.
+    server.update({"bandwidth_down": "10 Gbit", "bandwidth_up": "10 Gbit"})
     hosts = {"server": server}
     for name, addr in clients:
         fetch = process(args.python, [os.path.join(HERE, "peer.py"), "fetch", SOCKS,
@@ -188,9 +197,15 @@ def nyx_network(args, base, transport, www, specs):
     lines = []
     for name, addr in auths:
         path = config(name, addr, True, [])
+        keys = os.path.join(nodes, name, "keys")
+        kept = os.path.join(args.authority_keys, name) if args.authority_keys else None
+        if kept and os.path.isdir(kept):
+            shutil.copytree(kept, keys, dirs_exist_ok=True)
         out = subprocess.run([args.daemon, "--config", path, "--authority-line"],
                              check=True, capture_output=True, text=True)
         lines.append(out.stdout.strip())
+        if kept and not os.path.isdir(kept):
+            shutil.copytree(keys, kept)
     hosts = {}
     period = f'[authority]\nenabled = true\nperiod = "{args.period_s}s"\n'
     for name, addr in auths:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The two ends of a Shadow experiment's downloads, run inside the simulation.
 
-  peer.py serve ADDR:PORT DIR          serve the files of DIR over HTTP/1.0
+  peer.py serve ADDR:PORT DIR          serve the files of DIR over HTTP/1.0, a thread per
+                                       connection
   peer.py fetch SOCKS TARGET SPEC...   download through a SOCKS5 entry, print one JSON
                                        line per download
 
@@ -22,6 +23,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 
 RETRY_EVERY_S = 2.0
@@ -42,26 +44,31 @@ def serve(addr, root):
     print(f"serving {len(files)} files on {addr}", flush=True)
     while True:
         conn, _ = listener.accept()
-        try:
-            conn.settimeout(IO_TIMEOUT_S)
-            request = b""
-            while b"\r\n\r\n" not in request and len(request) < 8192:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                request += chunk
-            parts = request.split(b" ")
-            path = parts[1].decode("ascii", "replace") if len(parts) > 1 else ""
-            body = files.get(path)
-            if body is None:
-                conn.sendall(b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-            else:
-                head = f"HTTP/1.0 200 OK\r\nContent-Length: {len(body)}\r\n\r\n"
-                conn.sendall(head.encode() + body)
-        except OSError as e:
-            print(f"connection failed: {e}", flush=True)
-        finally:
-            conn.close()
+        # One thread per connection: clients are served side by side, not queued.
+        threading.Thread(target=answer, args=(conn, files), daemon=True).start()
+
+
+def answer(conn, files):
+    try:
+        conn.settimeout(IO_TIMEOUT_S)
+        request = b""
+        while b"\r\n\r\n" not in request and len(request) < 8192:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            request += chunk
+        parts = request.split(b" ")
+        path = parts[1].decode("ascii", "replace") if len(parts) > 1 else ""
+        body = files.get(path)
+        if body is None:
+            conn.sendall(b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        else:
+            head = f"HTTP/1.0 200 OK\r\nContent-Length: {len(body)}\r\n\r\n"
+            conn.sendall(head.encode() + body)
+    except OSError as e:
+        print(f"connection failed: {e}", flush=True)
+    finally:
+        conn.close()
 
 
 def socks_connect(socks, target):

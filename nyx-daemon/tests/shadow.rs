@@ -3,15 +3,16 @@
 //! `benches/shadow/experiment.py`. Three authorities and four relays bootstrap a consensus
 //! inside the simulation, two clients fetch a page and 1 MiB through their SOCKS entries over
 //! 20 ms links, on both transports; every download is byte-exact, and a second run of the
-//! same simulation gives the same results to the microsecond (Shadow is deterministic, and
-//! so must the daemon be under it).
+//! same network (the same authority keys; everything else is made inside the simulation)
+//! gives the same results to the microsecond: Shadow is deterministic, and so must the
+//! daemon be under it.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn experiment(shadow: &std::ffi::OsStr, dir: &Path) -> serde_json::Value {
+fn experiment(shadow: &std::ffi::OsStr, dir: &Path, keys: &Path) -> serde_json::Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = Command::new("python3")
         .arg(root.join("benches/shadow/experiment.py"))
@@ -20,6 +21,8 @@ fn experiment(shadow: &std::ffi::OsStr, dir: &Path) -> serde_json::Value {
         .args(["--latency-ms", "20", "--start-s", "30", "--stop-s", "150"])
         .arg("--dir")
         .arg(dir)
+        .arg("--authority-keys")
+        .arg(keys)
         .arg("--daemon")
         .arg(env!("CARGO_BIN_EXE_nyx-daemon"))
         .env("SHADOW", shadow)
@@ -50,7 +53,10 @@ fn a_small_network_bootstraps_and_carries_downloads_under_shadow() {
     };
     let base: PathBuf = std::env::temp_dir().join(format!("nyx-shadow-{}", std::process::id()));
     let (first, second) = (base.join("first"), base.join("second"));
-    let summary = experiment(&shadow, &first);
+    // The same authority keys for both runs: everything else is made inside the simulation,
+    // from Shadow's seeded randomness.
+    let keys = base.join("authority-keys");
+    let summary = experiment(&shadow, &first, &keys);
     for net in ["nyx-udp", "nyx-quic"] {
         let r = &summary["nets"][net];
         assert_eq!(r["shadow_rc"], 0, "{net}: {r}");
@@ -63,7 +69,7 @@ fn a_small_network_bootstraps_and_carries_downloads_under_shadow() {
         // Two circuit round trips at least: 4 links of 20 ms, there and back.
         assert!(r["ttfb_s"].as_f64().unwrap() >= 0.16, "{net}: {r}");
     }
-    experiment(&shadow, &second);
+    experiment(&shadow, &second, &keys);
     for net in ["nyx-udp", "nyx-quic"] {
         assert_eq!(
             results(&first, net),
