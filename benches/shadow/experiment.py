@@ -59,9 +59,16 @@ def parse_args(argv):
     p.add_argument("--downloads", type=int, default=3, help="large downloads per client, in turn")
     p.add_argument("--nets", default="nyx-udp,nyx-quic,tor",
                    help="comma-separated: nyx-udp, nyx-quic, tor")
-    p.add_argument("--stop-s", type=int, default=180, help="simulated seconds at most")
+    p.add_argument("--stop-s", type=int, default=180,
+                   help="simulated seconds at most (Tor's run gets --tor-start-s - --start-s more)")
     p.add_argument("--start-s", type=int, default=30,
-                   help="simulated second the clients start fetching (they retry until ready)")
+                   help="simulated second the NyxNet clients start fetching (they retry until "
+                        "ready)")
+    p.add_argument("--tor-start-s", type=int, default=90,
+                   help="the same for Tor, whose clients start 30 s before it: Tor relays "
+                        "publish their self-measured bandwidth only after a self-test, and a "
+                        "client that bootstraps on the first consensus builds all its circuits "
+                        "through the few relays that have weight by then")
     p.add_argument("--period-s", type=int, default=16, help="NyxNet authorities' voting period")
     p.add_argument("--parallelism", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=1)
@@ -125,11 +132,12 @@ def graph(args):
     )
 
 
-def shadow_yaml(args, hosts):
-    """Shadow's configuration (JSON is YAML)."""
+def shadow_yaml(args, hosts, start_s):
+    """Shadow's configuration (JSON is YAML): `--stop-s` seconds counted as if the clients
+    started at `--start-s`, so each network gets as long from its clients' start."""
     config = {
         "general": {
-            "stop_time": f"{args.stop_s}s",
+            "stop_time": f"{args.stop_s + start_s - args.start_s}s",
             "seed": args.seed,
             "parallelism": args.parallelism,
             # Off: with it, runs differed by microseconds (how many non-blocking calls a
@@ -154,7 +162,7 @@ def process(path, args, start_s, final="running", env=None):
     return p
 
 
-def common_hosts(args, www, specs, clients, client_procs):
+def common_hosts(args, www, specs, clients, client_procs, start_s):
     server = host(SERVER_IP, [process(args.python, [os.path.join(HERE, "peer.py"), "serve",
                                                    f"{SERVER_IP}:{SERVER_PORT}", www], 1)])
     # The server's own link is not what is measured: 20 clients at once must not share one
@@ -164,7 +172,7 @@ def common_hosts(args, www, specs, clients, client_procs):
     for name, addr in clients:
         fetch = process(args.python, [os.path.join(HERE, "peer.py"), "fetch", SOCKS,
                                       f"{SERVER_IP}:{SERVER_PORT}"] + specs,
-                        args.start_s, final={"exited": 0})
+                        start_s, final={"exited": 0})
         hosts[name] = host(addr, client_procs(name, addr) + [fetch])
     return hosts
 
@@ -219,8 +227,8 @@ def nyx_network(args, base, transport, www, specs):
         path = config(name, addr, False, lines)
         return [process(args.daemon, ["--config", path], 3)]
 
-    hosts.update(common_hosts(args, www, specs, clients, client_daemon))
-    return shadow_yaml(args, hosts)
+    hosts.update(common_hosts(args, www, specs, clients, client_daemon, args.start_s))
+    return shadow_yaml(args, hosts, args.start_s)
 
 
 TOR_COMMON = """TestingTorNetwork 1
@@ -298,10 +306,10 @@ def tor_network(args, base, www, specs):
         common = TOR_COMMON.replace("AssumeReachable 1\n", "")
         write(torrc, common.format(data=data) + authorities +
               f"SocksPort {SOCKS}\nClientOnly 1\n")
-        return [process(args.tor, ["-f", torrc], 3)]
+        return [process(args.tor, ["-f", torrc], max(3, args.tor_start_s - 30))]
 
-    hosts.update(common_hosts(args, www, specs, clients, client_tor))
-    return shadow_yaml(args, hosts)
+    hosts.update(common_hosts(args, www, specs, clients, client_tor, args.tor_start_s))
+    return shadow_yaml(args, hosts, args.tor_start_s)
 
 
 def run_shadow(shadow, base):
