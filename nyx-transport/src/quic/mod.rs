@@ -231,7 +231,7 @@ impl QuicEndpoint {
             let from = incoming.remote_address();
             let from = SocketAddr::new(from.ip().to_canonical(), from.port());
             let validated = incoming.remote_address_validated();
-            let now = self.clock.now();
+            let now = self.clock.tick();
             let (verdict, slot) = match self.admission.lock() {
                 Ok(mut admission) => admission.decide(from, validated, now),
                 Err(_) => (Verdict::Refuse(crate::admission::Refusal::Busy), None),
