@@ -3,8 +3,9 @@
 //! * `udp_loopback/send_recv/{size}`: one datagram across loopback through the UDP
 //!   transport's engine (seal, send, receive, open) vs `std_socket/{size}`: plain
 //!   `std::net::UdpSocket` send/recv of the same payload.
-//! * `cells/throughput/{quic,udp}`: 1152-byte cells one way over loopback with full crypto, vs
-//!   `raw_quinn`: quinn datagrams with no NyxNet code, and `plain_send_to`: tokio `send_to`.
+//! * `cells/throughput/{quic,udp}`: 1152-byte cells one way over loopback with full crypto,
+//!   received through each transport's driver task, vs `raw_quinn`: quinn datagrams with no
+//!   NyxNet code, and `plain_send_to`: tokio `send_to`.
 //!   Reported as time per cell.
 //! * `quic/connect`: a new QUIC link, hybrid post-quantum handshake and identity check
 //!   included.
@@ -20,6 +21,7 @@ use nyx_core::Timestamp;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
 use nyx_crypto::link::LinkKey;
+use nyx_transport::link::{Inbound, Message, drive_quic_link};
 use nyx_transport::quic::{QuicConfig, QuicEndpoint};
 use nyx_transport::udp::{UdpCommand, UdpTransport};
 use nyx_transport::udp::{UdpConfig, UdpEngine, UdpEvent};
@@ -191,26 +193,37 @@ fn cells(c: &mut Criterion) {
     let mut g = c.benchmark_group("cells");
     g.sample_size(10);
     g.throughput(Throughput::Elements(BATCH as u64));
-    // Ours over QUIC.
+    // Ours over QUIC: the receiving link driven as the node drives it.
     let (ab, ba, _eps) = rt.block_on(quic_pair());
+    let (to, from) = mpsc::channel(4096);
+    rt.spawn(drive_quic_link(ba, to));
+    let from = Arc::new(tokio::sync::Mutex::new(from));
     g.bench_function(BenchmarkId::new("throughput", "quic"), |bench| {
         bench.iter_custom(|iters| {
             per_cell(iters, || {
-                let (ab, ba) = (ab.clone(), ba.clone());
                 rt.block_on(one_way(
                     BATCH,
                     |_| {
                         let _ = ab.send_cell(Bytes::from_static(&[7u8; CELL]));
                     },
                     || {
-                        let ba = ba.clone();
-                        async move { ba.recv_cell().await.is_ok() }
+                        let rx = from.clone();
+                        async move {
+                            matches!(
+                                rx.lock().await.recv().await,
+                                Some(Inbound {
+                                    message: Message::Cell(_),
+                                    ..
+                                })
+                            )
+                        }
                     },
                 ))
             })
         })
     });
-    // Raw quinn datagrams on the same connection, no NyxNet code on the path.
+    // Raw quinn datagrams on a second connection, no NyxNet code on the path.
+    let (ab, ba, _raw_eps) = rt.block_on(quic_pair());
     g.bench_function(BenchmarkId::new("throughput", "raw_quinn"), |bench| {
         bench.iter_custom(|iters| {
             per_cell(iters, || {

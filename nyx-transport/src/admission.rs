@@ -17,8 +17,8 @@
 //!    trip more), never locks them out. Loopback sources (a local test network, all in one
 //!    prefix) have no per-prefix budget.
 //! 3. **Handshakes in progress** are capped at `max_handshakes`; beyond that an attempt is
-//!    dropped unanswered. A slot is held for the cryptographic handshake only (until quinn
-//!    completes it or gives up); the control-stream step after it has its own deadline.
+//!    dropped unanswered. A slot is held for the cryptographic handshake only, until quinn
+//!    completes it (the link is then up) or gives up.
 //!
 //! Refused attempts get no answer at all (nothing to reflect at a spoofed victim). Each
 //! outcome is counted ([`AdmissionStats`]).

@@ -61,11 +61,24 @@ pub enum Error {
         max: usize,
     },
 
-    /// A control message beyond the limit.
-    #[error("control message of {len} bytes exceeds the 64 KiB limit")]
+    /// A control message beyond the limit ([`crate::quic::MAX_CONTROL_LEN`]).
+    #[error("control message of {len} bytes exceeds the 16 KiB limit")]
     ControlTooLarge {
         /// Its length.
         len: usize,
+    },
+
+    /// A cell that begins with four zero bytes (circuit id 0): on a QUIC link that is the
+    /// mark of the link's own control datagrams, so no cell may carry it.
+    #[error("a cell may not begin with four zero bytes (circuit id 0)")]
+    ZeroCircuit,
+
+    /// A control datagram from the peer that does not decode, or completes a control
+    /// message framed beyond the limit.
+    #[error("malformed control datagram: {reason}")]
+    MalformedControl {
+        /// What is wrong with it.
+        reason: &'static str,
     },
 
     /// TLS configuration failed.

@@ -13,8 +13,8 @@
 //! * [`identity_tls`]: TLS certificates made from a node's Ed25519 identity key, and
 //!   verifiers that accept a peer by its `NodeId` (no web PKI), refusing any other identity.
 //! * [`quic`]: the QUIC transport: one quinn endpoint per node, cells in DATAGRAM frames
-//!   (size checked on every send), control messages on one reliable stream per link, peers
-//!   verified by `NodeId`; [`admission`] decides which incoming attempts get a handshake
+//!   (size checked on every send), control messages made reliable by the link in DATAGRAM
+//!   frames of the cell size, peers verified by `NodeId`; [`admission`] decides which incoming attempts get a handshake
 //!   (Retry under load, per-source limits, a cap on handshakes in progress).
 //! * [`udp`]: the UDP transport: its protocol engine, sans-IO ([`udp::UdpEngine`]:
 //!   nyx-crypto's link handshake and sessions over raw datagrams, a stateless cookie step and
@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+mod control;
 mod error;
 pub mod fault;
 pub mod identity_tls;

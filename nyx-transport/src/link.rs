@@ -4,7 +4,7 @@
 //!
 //! A QUIC link ([`crate::quic::QuicLink`]) implements [`CellLink`] itself, and
 //! [`drive_quic_link`] (the node spawns it per link) moves its incoming cells and control
-//! messages to the shared channel and writes its queued control messages to its stream. A UDP
+//! messages to the shared channel and acknowledges and resends its control datagrams. A UDP
 //! peer is a [`UdpLink`]: a handle on the UDP driver task's command queue, made when that task
 //! reports `Connected`; the driver's `Cell` and `Control` events are the inbound side.
 
@@ -47,7 +47,8 @@ pub trait CellLink: Send + Sync + std::fmt::Debug {
     fn send_cell(&self, cell: Bytes) -> Result<(), Error>;
 
     /// Queue one control message; never waits. Once queued it is delivered reliably and in
-    /// order while the link lives; a full queue is an error (backpressure).
+    /// order while the link lives; a full queue, or (QUIC) a full window of unacknowledged
+    /// chunks, is an error (backpressure).
     fn send_control(&self, msg: Vec<u8>) -> Result<(), Error>;
 }
 
@@ -61,7 +62,7 @@ impl CellLink for QuicLink {
     }
 
     fn send_control(&self, msg: Vec<u8>) -> Result<(), Error> {
-        self.queue_control(msg)
+        QuicLink::send_control(self, &msg)
     }
 }
 
@@ -148,41 +149,8 @@ fn queue_error<T>(e: mpsc::error::TrySendError<T>) -> Error {
 }
 
 /// Drive a QUIC link until it closes or `to` is dropped: its incoming cells and control
-/// messages go to `to`, its queued control messages ([`CellLink::send_control`]) to the
-/// peer. Run one per link (a second call returns at once: the queue has one owner).
+/// messages go to `to`; its control chunks are acknowledged and resent until the peer
+/// acknowledges them. Run one per link (a second call returns at once).
 pub async fn drive_quic_link(link: Arc<QuicLink>, to: mpsc::Sender<Inbound>) {
-    let Some(mut queued) = link.take_control_queue() else {
-        return;
-    };
-    let peer = link.peer();
-    // Three loops polled side by side, none ever cancelled mid-read (a control message read
-    // is not cancel-safe): the link stops when any of them ends.
-    let cells = async {
-        while let Ok(cell) = link.recv_cell().await {
-            let message = Message::Cell(cell);
-            if to.send(Inbound { peer, message }).await.is_err() {
-                return;
-            }
-        }
-    };
-    let controls = async {
-        while let Ok(msg) = link.recv_control().await {
-            let message = Message::Control(msg);
-            if to.send(Inbound { peer, message }).await.is_err() {
-                return;
-            }
-        }
-    };
-    let outgoing = async {
-        while let Some(msg) = queued.recv().await {
-            if link.send_control(&msg).await.is_err() {
-                return;
-            }
-        }
-    };
-    tokio::select! {
-        () = cells => {}
-        () = controls => {}
-        () = outgoing => {}
-    }
+    link.drive(to).await;
 }

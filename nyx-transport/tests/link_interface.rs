@@ -42,8 +42,18 @@ async fn one_interface_over_both_transports() {
     let (mine, theirs) = tokio::join!(my_quic.connect(quic_peer.node_id(), addr), async {
         their_quic.accept().await.unwrap()
     });
-    let (mine, theirs) = (Arc::new(mine.unwrap()), theirs.unwrap());
+    let (mine, theirs) = (Arc::new(mine.unwrap()), Arc::new(theirs.unwrap()));
     tokio::spawn(drive_quic_link(mine.clone(), inbound_tx.clone()));
+    // The peer's side, driven into a channel of its own.
+    let (their_tx, mut their_inbound) = mpsc::channel::<Inbound>(256);
+    tokio::spawn(drive_quic_link(theirs.clone(), their_tx));
+    let mut their_next = async || {
+        tokio::time::timeout(Duration::from_secs(5), their_inbound.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .message
+    };
 
     // UDP: me -> udp_peer.
     let key = |seed: u8| LinkKey::new(HybridSecretKey::from_seed(&[seed; 96]));
@@ -113,7 +123,10 @@ async fn one_interface_over_both_transports() {
     for link in &links {
         link.send_cell(Bytes::from_static(b"hello peer")).unwrap();
     }
-    assert_eq!(&theirs.recv_cell().await.unwrap()[..], b"hello peer");
+    assert_eq!(
+        their_next().await,
+        Message::Cell(Bytes::from_static(b"hello peer"))
+    );
     let UdpEvent::Cell { data, .. } = tokio::time::timeout(Duration::from_secs(5), their_ev.recv())
         .await
         .unwrap()
@@ -132,7 +145,7 @@ async fn one_interface_over_both_transports() {
         })
         .await
         .unwrap();
-    theirs.send_control(b"quic control").await.unwrap();
+    theirs.send_control(b"quic control").unwrap();
     their_cmd
         .send(UdpCommand::Control {
             addr: my_addr,
@@ -180,9 +193,10 @@ async fn one_interface_over_both_transports() {
     }
     let mut quic_got = Vec::new();
     for _ in 0..5 {
-        quic_got.push(theirs.recv_control().await.unwrap()[0]);
+        quic_got.push(their_next().await);
     }
-    assert_eq!(quic_got, vec![0, 1, 2, 3, 4]);
+    let want: Vec<Message> = (0..5).map(|i| Message::Control(vec![i])).collect();
+    assert_eq!(quic_got, want);
     let mut udp_got = Vec::new();
     while udp_got.len() < 5 {
         if let UdpEvent::Control { data, .. } =

@@ -77,14 +77,16 @@ async fn one_prefix_gets_its_share_and_a_dialler_from_elsewhere_still_gets_a_lin
     let to = r.local_addr().unwrap();
     // Eight diallers from one /24 at once: three handshakes; the other five are asked to
     // prove their address (a Retry), and of those three more get a handshake, from the
-    // prefix's budget for validated attempts; the last two are dropped unanswered.
+    // prefix's budget for validated attempts; the last two are dropped unanswered. Each
+    // dial gets 600 ms: a dropped dialler resends its Initial after about a second, when
+    // the prefix's budget (3 a second) has come back and it would get its handshake.
     let mut attempts = tokio::task::JoinSet::new();
     for h in 2..10 {
         let c = client(&format!("127.0.71.{h}"));
         let node = id.node_id();
         attempts.spawn(async move {
             let dial = c.connect(node, to);
-            let linked = tokio::time::timeout(Duration::from_millis(1500), dial).await;
+            let linked = tokio::time::timeout(Duration::from_millis(600), dial).await;
             // The endpoint lives until the attempt is over.
             drop(c);
             matches!(linked, Ok(Ok(_)))
@@ -102,4 +104,36 @@ async fn one_prefix_gets_its_share_and_a_dialler_from_elsewhere_still_gets_a_lin
         .unwrap()
         .unwrap();
     assert_eq!(link.peer(), id.node_id());
+}
+
+/// A prefix's budgets come back with time: the relay reads its clock for every attempt.
+#[tokio::test]
+async fn a_prefix_that_spent_its_budget_gets_links_again_a_second_later() {
+    let strict = AdmissionConfig {
+        per_source: 1,
+        loopback_unlimited: false,
+        ..AdmissionConfig::default()
+    };
+    let (id, r) = relay(3, "127.0.73.1", strict);
+    serve(r.clone());
+    let (node, to) = (id.node_id(), r.local_addr().unwrap());
+    let dial = |host: u8, wait: Duration| {
+        let c = client(&format!("127.0.73.{host}"));
+        async move {
+            let linked = tokio::time::timeout(wait, c.connect(node, to)).await;
+            matches!(linked, Ok(Ok(_)))
+        }
+    };
+    // One unvalidated and one validated attempt a second from the prefix: dial until one
+    // is refused (well within the second; a refused dial waits for QUIC's resend).
+    let mut host = 2;
+    while dial(host, Duration::from_millis(400)).await {
+        host += 1;
+        assert!(host < 6, "the prefix's budget was never spent");
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        dial(host + 1, Duration::from_secs(5)).await,
+        "the budget did not come back"
+    );
 }

@@ -44,12 +44,11 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
-mod control;
 mod table;
 mod transport;
 
-use control::ControlState;
-pub use control::MAX_CONTROL_LEN;
+use crate::control::{ControlState, control_rto};
+pub use crate::control::{MAX_CONTROL_IN_FLIGHT, MAX_CONTROL_LEN};
 pub use transport::{UdpCommand, UdpSnapshot, UdpTransport};
 
 use crate::Error;
@@ -79,10 +78,6 @@ const KIND_CLOSE: u8 = 3;
 const KIND_CONFIRM: u8 = 4;
 /// DATA payload header: kind u8 ‖ body length u16.
 const PAYLOAD_HEADER: usize = 3;
-/// Control messages sent and not yet acknowledged, per link, at most.
-pub const MAX_CONTROL_IN_FLIGHT: usize = 64;
-/// Control retransmission timeout: three round trips, at least this.
-const MIN_CONTROL_RTO: Duration = Duration::from_millis(50);
 
 /// Settings of the UDP transport.
 #[derive(Debug, Clone)]
@@ -572,14 +567,9 @@ impl UdpEngine {
             let mut next: Option<Timestamp> = None;
             for (addr, link) in &mut self.links {
                 let rto = control_rto(link.stats.rtt);
-                for (seq, msg, sent) in link.control.unacked.iter_mut() {
-                    if now >= sent.saturating_add(rto) {
-                        *sent = now;
-                        resend.push((*addr, *seq, msg.clone()));
-                    }
-                    let due = sent.saturating_add(rto);
-                    next = Some(next.map_or(due, |n| n.min(due)));
-                }
+                let due = link.control.resend_due(now, rto);
+                resend.extend(due.into_iter().map(|(seq, msg)| (*addr, seq, msg)));
+                next = next.into_iter().chain(link.control.next_resend(rto)).min();
             }
             self.control_due = next;
         }
@@ -1046,12 +1036,6 @@ impl UdpEngine {
         self.cookie_rotated = now;
         Ok(())
     }
-}
-
-/// Control retransmission timeout for a link with this handshake RTT.
-fn control_rto(rtt: Option<Duration>) -> Duration {
-    rtt.map_or(Duration::from_millis(200), |r| r * 3)
-        .max(MIN_CONTROL_RTO)
 }
 
 /// HMAC-SHA256(key, address)[..16].

@@ -1,32 +1,39 @@
-//! The QUIC transport: one quinn endpoint per node that both dials and accepts, cells in
-//! QUIC DATAGRAM frames, control messages on one reliable stream per link.
+//! The QUIC transport: one quinn endpoint per node that both dials and accepts; on each link,
+//! cells and control messages both travel in QUIC DATAGRAM frames.
 //!
 //! TLS is [`crate::identity_tls`] (peers verified by `NodeId`) over [`crate::pq_kx`]
-//! (X25519MLKEM768 only). Every cell send checks `max_datagram_size()`, which changes with
-//! the path MTU. Cells go out as `bytes::Bytes` (a pooled buffer frozen with
-//! `nyx_core::buf::PooledBuf::freeze` goes out without a copy); quinn hands received
-//! datagrams over as its own `Bytes`.
+//! (X25519MLKEM768 only); a link is up when TLS completes. Every cell send checks
+//! `max_datagram_size()`, which changes with the path MTU. Cells go out as `bytes::Bytes` (a
+//! pooled buffer frozen with `nyx_core::buf::PooledBuf::freeze` goes out without a copy);
+//! quinn hands received datagrams over as its own `Bytes`. Control messages are made
+//! reliable by the link itself ([`QuicControl`]): cut into chunks that leave as datagrams of
+//! the cell size, acknowledged and resent, so an observer of the link's packet sizes does
+//! not see circuit setup apart from data. The task that drives a link
+//! ([`crate::link::drive_quic_link`]) tells control datagrams from cells by their first four
+//! bytes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use nyx_core::NodeId;
 use nyx_core::redact::Redacted;
+use nyx_core::time::CoarseClock;
 use nyx_crypto::identity::IdentityKey;
 
 use crate::admission::{Admission, AdmissionConfig, AdmissionStats, HandshakeSlot, Verdict};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use tokio::sync::{Mutex, mpsc};
 
 use crate::Error;
 use crate::identity_tls::{Refusal, client_config_reporting, peer_node_id, server_config};
 use crate::socket::{DatagramSocket, QuinnSocket, SocketMode};
 
-/// Longest control message.
-pub const MAX_CONTROL_LEN: usize = 64 * 1024;
+mod control;
+mod link;
+
+pub use crate::control::{MAX_CONTROL_IN_FLIGHT, MAX_CONTROL_LEN};
+pub use control::{CHUNK_HEADER, CONTROL_MARK, ControlDatagram, QuicControl, is_control};
+pub use link::{LinkCounters, QuicLink};
 
 /// Settings of the QUIC transport.
 #[derive(Debug, Clone)]
@@ -47,6 +54,12 @@ pub struct QuicConfig {
     /// How the endpoint's socket moves datagrams ([`crate::socket`]). Default
     /// [`SocketMode::Auto`].
     pub socket: SocketMode,
+    /// The length of every control datagram, chunks and acknowledgements alike (default
+    /// 1156: the overlay's link cell, a circuit id and a 1152-byte onion cell), so that they
+    /// have the size of cell datagrams. Control messages are cut into chunks of
+    /// `pad_to -` [`CHUNK_HEADER`] bytes. At least `CHUNK_HEADER + 1`; a control message is
+    /// refused while the path carries no datagram this long.
+    pub pad_to: usize,
 }
 
 /// Which congestion controller quinn runs on a link.
@@ -72,23 +85,9 @@ impl Default for QuicConfig {
             congestion: QuicCongestion::Bbr,
             admission: AdmissionConfig::default(),
             socket: SocketMode::Auto,
+            pad_to: nyx_crypto::onion::CELL_LEN + 4,
         }
     }
-}
-
-/// Per-link counters, plain data for the daemon's metrics.
-#[derive(Debug, Default)]
-pub struct LinkCounters {
-    /// Cells sent.
-    pub cells_out: AtomicU64,
-    /// Cells received.
-    pub cells_in: AtomicU64,
-    /// Cell bytes sent.
-    pub bytes_out: AtomicU64,
-    /// Cell bytes received.
-    pub bytes_in: AtomicU64,
-    /// Cells refused because they exceeded the path's datagram size.
-    pub dropped_too_large: AtomicU64,
 }
 
 /// A node's QUIC endpoint.
@@ -101,7 +100,7 @@ pub struct QuicEndpoint {
     config: QuicConfig,
     /// Which incoming attempts get a handshake.
     admission: std::sync::Mutex<Admission>,
-    clock: nyx_core::time::CoarseClock,
+    clock: CoarseClock,
 }
 
 impl QuicEndpoint {
@@ -174,12 +173,13 @@ impl QuicEndpoint {
         identity: Option<Arc<IdentityKey>>,
         config: QuicConfig,
     ) -> Result<Self, Error> {
+        control::chunk_len(config.pad_to)?;
         Ok(QuicEndpoint {
             endpoint,
             identity,
             admission: std::sync::Mutex::new(Admission::new(config.admission)?),
             config,
-            clock: nyx_core::time::CoarseClock::new(),
+            clock: CoarseClock::new(),
         })
     }
 
@@ -228,11 +228,8 @@ impl QuicEndpoint {
             }
         };
         tracing::debug!(peer = %Redacted(peer), "quic link up (dialled)");
-        let (send, recv) = conn.open_bi().await.map_err(connection_error)?;
-        let link = QuicLink::new(conn, peer, send, recv);
-        // The stream exists for the peer once it carries a byte: announce it.
-        link.send_control(&[]).await?;
-        Ok(link)
+        let control = QuicControl::new(self.config.pad_to)?;
+        Ok(QuicLink::new(conn, peer, true, control, self.clock.clone()))
     }
 
     /// The next incoming link (its dialler's identity verified), or `None` once the endpoint
@@ -254,7 +251,7 @@ impl QuicEndpoint {
             let from = incoming.remote_address();
             let from = SocketAddr::new(from.ip().to_canonical(), from.port());
             let validated = incoming.remote_address_validated();
-            let now = self.clock.now();
+            let now = self.clock.tick();
             let (verdict, slot) = match self.admission.lock() {
                 Ok(mut admission) => admission.decide(from, validated, now),
                 Err(_) => (Verdict::Refuse(crate::admission::Refusal::Busy), None),
@@ -264,6 +261,8 @@ impl QuicEndpoint {
                     return Some(IncomingLink {
                         incoming,
                         _slot: slot,
+                        pad_to: self.config.pad_to,
+                        clock: self.clock.clone(),
                     });
                 }
                 (Verdict::Retry, _) if incoming.may_retry() => {
@@ -291,34 +290,28 @@ impl QuicEndpoint {
     }
 }
 
-/// How long an accepted dialler has, after the handshake, to open its control stream.
-const STREAM_DEADLINE: Duration = Duration::from_secs(10);
-
 /// A connection attempt whose handshake has not finished yet.
 #[derive(Debug)]
 pub struct IncomingLink {
     incoming: quinn::Incoming,
     /// Its place among the handshakes in progress, freed when the handshake ends.
     _slot: HandshakeSlot,
+    pad_to: usize,
+    clock: CoarseClock,
 }
 
 impl IncomingLink {
-    /// Finish the handshake: the link, with its dialler's identity verified.
+    /// Finish the handshake: the link, with its dialler's identity verified by TLS.
     pub async fn complete(self) -> Result<QuicLink, Error> {
-        let IncomingLink { incoming, _slot } = self;
+        let IncomingLink {
+            incoming,
+            _slot,
+            pad_to,
+            clock,
+        } = self;
         let conn = incoming.await.map_err(connection_error)?;
-        // The expensive part is over: the slot goes back. The stream step that follows has
-        // a deadline, so a dialler that stops after the handshake holds nothing long.
+        // The handshake is over: its slot goes back.
         drop(_slot);
-        let opened = tokio::time::timeout(STREAM_DEADLINE, Self::open_link(conn)).await;
-        opened.unwrap_or_else(|_| {
-            Err(Error::Link {
-                reason: "the dialler opened no control stream in time".to_string(),
-            })
-        })
-    }
-
-    async fn open_link(conn: quinn::Connection) -> Result<QuicLink, Error> {
         let peer = conn
             .peer_identity()
             .and_then(|any| {
@@ -329,172 +322,14 @@ impl IncomingLink {
             .ok_or_else(|| Error::BadCertificate {
                 reason: "no certificate".to_string(),
             })??;
-        let (send, recv) = conn.accept_bi().await.map_err(connection_error)?;
-        let mut link = QuicLink::new(conn, peer, send, recv);
-        link.dialled_by_us = false;
-        // The dialler's announcement (an empty control message).
-        link.recv_control().await?;
         tracing::debug!(peer = %Redacted(peer), "quic link up (accepted)");
-        Ok(link)
-    }
-}
-
-/// One authenticated QUIC link to a peer node.
-#[derive(Debug)]
-pub struct QuicLink {
-    conn: quinn::Connection,
-    peer: NodeId,
-    control_send: Mutex<quinn::SendStream>,
-    control_recv: Mutex<quinn::RecvStream>,
-    counters: Arc<LinkCounters>,
-    dialled_by_us: bool,
-    /// Control messages queued without waiting ([`crate::link::CellLink::send_control`]),
-    /// written to the stream by [`crate::link::drive_quic_link`].
-    control_queue: mpsc::Sender<Vec<u8>>,
-    control_queued: std::sync::Mutex<Option<mpsc::Receiver<Vec<u8>>>>,
-}
-
-/// Control messages a QUIC link queues without waiting, at most.
-pub const CONTROL_QUEUE: usize = 256;
-
-impl QuicLink {
-    fn new(
-        conn: quinn::Connection,
-        peer: NodeId,
-        send: quinn::SendStream,
-        recv: quinn::RecvStream,
-    ) -> Self {
-        let queue = mpsc::channel(CONTROL_QUEUE);
-        QuicLink {
+        Ok(QuicLink::new(
             conn,
             peer,
-            control_send: Mutex::new(send),
-            control_recv: Mutex::new(recv),
-            counters: Arc::new(LinkCounters::default()),
-            dialled_by_us: true,
-            control_queue: queue.0,
-            control_queued: std::sync::Mutex::new(Some(queue.1)),
-        }
-    }
-
-    /// The peer's verified identity.
-    pub fn peer(&self) -> NodeId {
-        self.peer
-    }
-
-    /// Queue a control message without waiting; [`crate::link::drive_quic_link`] writes it.
-    pub fn queue_control(&self, msg: Vec<u8>) -> Result<(), Error> {
-        if msg.len() > MAX_CONTROL_LEN {
-            return Err(Error::ControlTooLarge { len: msg.len() });
-        }
-        self.control_queue.try_send(msg).map_err(|_| Error::Link {
-            reason: "control queue full or link not driven".to_string(),
-        })
-    }
-
-    /// The queued control messages, for the one task that drives the link.
-    pub(crate) fn take_control_queue(&self) -> Option<mpsc::Receiver<Vec<u8>>> {
-        self.control_queued.lock().ok().and_then(|mut q| q.take())
-    }
-
-    /// Whether this node dialled the link (false: the peer did).
-    pub fn dialled_by_us(&self) -> bool {
-        self.dialled_by_us
-    }
-
-    /// The link's counters.
-    pub fn counters(&self) -> &Arc<LinkCounters> {
-        &self.counters
-    }
-
-    /// The largest cell the path carries now (it changes with path-MTU discovery).
-    pub fn max_cell(&self) -> Option<usize> {
-        self.conn.max_datagram_size()
-    }
-
-    /// The current round-trip estimate.
-    pub fn rtt(&self) -> Duration {
-        self.conn.rtt()
-    }
-
-    /// Send one cell as a QUIC datagram (unreliable, unordered).
-    pub fn send_cell(&self, cell: Bytes) -> Result<(), Error> {
-        let max = self.conn.max_datagram_size().unwrap_or(0);
-        if cell.len() > max {
-            self.counters
-                .dropped_too_large
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(Error::CellTooLarge {
-                len: cell.len(),
-                max,
-            });
-        }
-        let len = cell.len() as u64;
-        self.conn.send_datagram(cell).map_err(|e| Error::Link {
-            reason: e.to_string(),
-        })?;
-        self.counters.cells_out.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_out.fetch_add(len, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// The next cell from the peer.
-    pub async fn recv_cell(&self) -> Result<Bytes, Error> {
-        let cell = self.conn.read_datagram().await.map_err(connection_error)?;
-        self.counters.cells_in.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .bytes_in
-            .fetch_add(cell.len() as u64, Ordering::Relaxed);
-        Ok(cell)
-    }
-
-    /// Send a control message (reliable, ordered; at most [`MAX_CONTROL_LEN`] bytes).
-    pub async fn send_control(&self, msg: &[u8]) -> Result<(), Error> {
-        if msg.len() > MAX_CONTROL_LEN {
-            return Err(Error::ControlTooLarge { len: msg.len() });
-        }
-        let mut send = self.control_send.lock().await;
-        let len = (msg.len() as u32).to_be_bytes();
-        send.write_all(&len).await.map_err(|e| Error::Link {
-            reason: e.to_string(),
-        })?;
-        send.write_all(msg).await.map_err(|e| Error::Link {
-            reason: e.to_string(),
-        })?;
-        Ok(())
-    }
-
-    /// The next control message from the peer.
-    pub async fn recv_control(&self) -> Result<Vec<u8>, Error> {
-        let mut recv = self.control_recv.lock().await;
-        let mut len = [0u8; 4];
-        recv.read_exact(&mut len).await.map_err(|e| Error::Link {
-            reason: e.to_string(),
-        })?;
-        let len = u32::from_be_bytes(len) as usize;
-        if len > MAX_CONTROL_LEN {
-            return Err(Error::ControlTooLarge { len });
-        }
-        let mut msg = vec![0u8; len];
-        recv.read_exact(&mut msg).await.map_err(|e| Error::Link {
-            reason: e.to_string(),
-        })?;
-        Ok(msg)
-    }
-
-    /// The underlying quinn connection (for baselines and diagnostics).
-    pub fn raw_connection(&self) -> &quinn::Connection {
-        &self.conn
-    }
-
-    /// Whether the link is closed (by either side, an error or the idle timeout).
-    pub fn is_closed(&self) -> bool {
-        self.conn.close_reason().is_some()
-    }
-
-    /// Close the link with a reason the peer sees.
-    pub fn close(&self, reason: &str) {
-        self.conn.close(0u32.into(), reason.as_bytes());
+            false,
+            QuicControl::new(pad_to)?,
+            clock,
+        ))
     }
 }
 

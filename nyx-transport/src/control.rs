@@ -1,29 +1,42 @@
-//! The reliable, ordered control channel inside a UDP link's session.
+//! The reliable, ordered control channel of a link, shared by both transports.
 //!
 //! Control messages form one byte stream per direction: each message is framed as
 //! `len u16 ‖ message` and the frames are cut into numbered chunks that fit the link's
-//! uniform payload, so a control datagram (a CREATE of 1.2 KB, a 4-byte acknowledgement)
+//! uniform datagram, so a control datagram (a CREATE of 1.2 KB, a 4-byte acknowledgement)
 //! has the size of a cell datagram. Chunks are resent until acknowledged (cumulative
-//! acknowledgements), delivered in order exactly once, and reassembled into messages.
+//! acknowledgements), delivered in order exactly once, and reassembled into messages. The UDP
+//! transport carries the chunks inside its DATA payloads (`udp`), the QUIC transport in
+//! DATAGRAM frames (`quic::control`); each says how its datagrams look.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use nyx_core::Timestamp;
 
-use super::MAX_CONTROL_IN_FLIGHT;
 use crate::Error;
 
 /// Longest control message carried (the overlay's largest is a CREATE, about 1.2 KB).
 pub const MAX_CONTROL_LEN: usize = 16 * 1024;
+/// Control chunks sent and not yet acknowledged, per link, at most.
+pub const MAX_CONTROL_IN_FLIGHT: usize = 64;
 /// Bytes of the frame header (`len u16`).
 const FRAME_HEADER: usize = 2;
+/// Control retransmission timeout: three round trips, at least this.
+const MIN_CONTROL_RTO: Duration = Duration::from_millis(50);
+
+/// Control retransmission timeout for a link with this round-trip time (200 ms while none
+/// is known).
+pub(crate) fn control_rto(rtt: Option<Duration>) -> Duration {
+    rtt.map_or(Duration::from_millis(200), |r| r * 3)
+        .max(MIN_CONTROL_RTO)
+}
 
 /// One direction's state of each end of the channel.
 #[derive(Default)]
-pub(super) struct ControlState {
-    pub(super) next_seq: u32,
+pub(crate) struct ControlState {
+    next_seq: u32,
     /// Chunks sent and not yet acknowledged: sequence number, bytes, when last sent.
-    pub(super) unacked: VecDeque<(u32, Vec<u8>, Timestamp)>,
+    unacked: VecDeque<(u32, Vec<u8>, Timestamp)>,
     /// The next chunk to deliver.
     expected: u32,
     /// Chunks that arrived ahead of `expected` (at most [`MAX_CONTROL_IN_FLIGHT`]).
@@ -34,13 +47,13 @@ pub(super) struct ControlState {
 
 /// A control stream the peer framed wrongly (an authenticated peer, so its bug).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct BadFrame;
+pub(crate) struct BadFrame;
 
 impl ControlState {
     /// Frame `msg` and cut it into chunks of at most `chunk` bytes, each numbered and kept
     /// until acknowledged; the chunks to send. Refused whole if it is too large or would
     /// take the chunks in flight past [`MAX_CONTROL_IN_FLIGHT`].
-    pub(super) fn queue(
+    pub(crate) fn queue(
         &mut self,
         msg: &[u8],
         chunk: usize,
@@ -79,7 +92,7 @@ impl ControlState {
 
     /// Chunk `seq` arrived: the messages it completes, in order. A duplicate or a chunk too
     /// far ahead yields nothing.
-    pub(super) fn receive(&mut self, seq: u32, chunk: &[u8]) -> Result<Vec<Vec<u8>>, BadFrame> {
+    pub(crate) fn receive(&mut self, seq: u32, chunk: &[u8]) -> Result<Vec<Vec<u8>>, BadFrame> {
         let ahead = seq.wrapping_sub(self.expected);
         if ahead != 0 {
             if (ahead as usize) < MAX_CONTROL_IN_FLIGHT {
@@ -110,17 +123,43 @@ impl ControlState {
     }
 
     /// The next chunk this end expects (what it acknowledges).
-    pub(super) fn expected(&self) -> u32 {
+    pub(crate) fn expected(&self) -> u32 {
         self.expected
     }
 
     /// The peer received everything before `next`.
-    pub(super) fn acked(&mut self, next: u32) {
+    pub(crate) fn acked(&mut self, next: u32) {
         while self.unacked.front().is_some_and(|(seq, _, _)| {
             next.wrapping_sub(*seq).wrapping_sub(1) < MAX_CONTROL_IN_FLIGHT as u32
         }) {
             self.unacked.pop_front();
         }
+    }
+
+    /// The unacknowledged chunks last sent `rto` or more before `now`, marked as sent now:
+    /// the chunks to send again.
+    pub(crate) fn resend_due(&mut self, now: Timestamp, rto: Duration) -> Vec<(u32, Vec<u8>)> {
+        let mut due = Vec::new();
+        for (seq, chunk, sent) in &mut self.unacked {
+            if now >= sent.saturating_add(rto) {
+                *sent = now;
+                due.push((*seq, chunk.clone()));
+            }
+        }
+        due
+    }
+
+    /// When the next unacknowledged chunk is due to be sent again; `None` if none waits.
+    pub(crate) fn next_resend(&self, rto: Duration) -> Option<Timestamp> {
+        self.unacked
+            .iter()
+            .map(|(_, _, sent)| sent.saturating_add(rto))
+            .min()
+    }
+
+    /// Chunks sent and not yet acknowledged.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.unacked.len()
     }
 }
 
@@ -187,5 +226,33 @@ mod tests {
     fn a_frame_longer_than_the_limit_is_refused() {
         let mut rx = ControlState::default();
         assert_eq!(rx.receive(0, &[0xff, 0xff, 1, 2]), Err(BadFrame));
+    }
+
+    #[test]
+    fn unacknowledged_chunks_are_due_again_after_the_rto_only() {
+        let rto = control_rto(Some(Duration::from_millis(20)));
+        assert_eq!(rto, Duration::from_millis(60));
+        let mut tx = ControlState::default();
+        tx.queue(b"first", 100, Timestamp::from_millis(0)).unwrap();
+        tx.queue(b"second", 100, Timestamp::from_millis(30))
+            .unwrap();
+        assert_eq!(tx.next_resend(rto), Some(Timestamp::from_millis(60)));
+        assert!(tx.resend_due(Timestamp::from_millis(59), rto).is_empty());
+        let due = tx.resend_due(Timestamp::from_millis(60), rto);
+        assert_eq!(due, vec![(0, b"\0\x05first".to_vec())]);
+        // Sent again at 60: the second chunk (sent at 30) is next, at 90.
+        assert_eq!(tx.next_resend(rto), Some(Timestamp::from_millis(90)));
+        tx.acked(1);
+        assert_eq!(tx.in_flight(), 1);
+        let due = tx.resend_due(Timestamp::from_millis(200), rto);
+        assert_eq!(due, vec![(1, b"\0\x06second".to_vec())]);
+        tx.acked(2);
+        assert_eq!(tx.next_resend(rto), None);
+        // No round trip known yet: 200 ms; never below 50 ms.
+        assert_eq!(control_rto(None), Duration::from_millis(200));
+        assert_eq!(
+            control_rto(Some(Duration::from_millis(1))),
+            Duration::from_millis(50)
+        );
     }
 }
