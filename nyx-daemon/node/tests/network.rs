@@ -295,14 +295,14 @@ async fn wire_check(transport: TransportKind, net: u8) {
 /// 1 156-byte link cell, 16-byte tag), up to 8 bytes more when QUIC adds an ACK frame or a
 /// longer packet number (1 190–1 193 seen); allowed: up to 12 more, 1 197, which stays under
 /// the 1 200 bytes of a full packet at QUIC's minimum MTU (a CREATE on a stream filled one).
-/// ACK-only and PING-only packets are 31–34 bytes; allowed: up to 40, under a DESTROY on a
-/// stream (41 and 46 bytes with the old code). Long-header packets are the handshake. Each
-/// connection's opening, up to its last path-MTU probe (PING + PADDING packets of 1 326,
-/// 1 389, 1 420 and 1 452 bytes, quinn's binary search from 1 200 to 1 452), also carries
-/// QUIC's own bookkeeping (NEW_CONNECTION_ID, HANDSHAKE_DONE and NEW_TOKEN frames: packets of
-/// 54 to 408 bytes, or a cell packet 28 bytes longer): it depends on the link, not on
-/// circuits, and sizes cannot tell it apart, so a flow's opening is left out. Flows whose
-/// connection was up before a phase are checked whole.
+/// Small packets (ACK-only; PING-only too, if any) are 31–34 bytes; allowed: up to 40, under
+/// a DESTROY on a stream (41 and 46 bytes with the old code). Long-header packets are the
+/// handshake. Each connection's opening, up to its last path-MTU probe (PING + PADDING
+/// packets of 1 326, 1 389, 1 420 and 1 452 bytes, quinn's binary search from 1 200 to
+/// 1 452), also carries QUIC's own bookkeeping (NEW_CONNECTION_ID, HANDSHAKE_DONE and
+/// NEW_TOKEN frames: packets of 54 to 408 bytes, or a cell packet 28 bytes longer): it
+/// depends on the link, not on circuits, and sizes cannot tell it apart, so a flow's opening
+/// is left out. Flows whose connection was up before a phase are checked whole.
 fn quic_sizes_over_the_links_life(phases: [&[nyx_transport::fault::TappedDatagram]; 3]) {
     use nyx_overlay::circuit::LINK_CELL_LEN;
     const CELL_PACKET: usize = 1 + 8 + 1 + 3 + LINK_CELL_LEN + 16;
