@@ -946,6 +946,14 @@ fn every_datagram_after_the_handshake_has_one_size() {
     );
 }
 
+/// How many links `events` report up.
+fn connected(events: &[UdpEvent]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, UdpEvent::Connected { .. }))
+        .count()
+}
+
 /// Cells from each end to the other arrive: the two ends share one session.
 fn cells_cross(a: &mut Node, b: &mut Node, at: u64) {
     a.engine
@@ -982,13 +990,7 @@ fn crossed_dials_settle_on_one_session() {
         connect(&mut a, &mut b);
         connect(&mut b, &mut a);
         let (ea, eb) = run(&mut a, &mut b, None, 0, 50);
-        let up = |events: &[UdpEvent]| {
-            events
-                .iter()
-                .filter(|e| matches!(e, UdpEvent::Connected { .. }))
-                .count()
-        };
-        assert_eq!((up(&ea), up(&eb)), (1, 1), "{ea:?} {eb:?}");
+        assert_eq!((connected(&ea), connected(&eb)), (1, 1), "{ea:?} {eb:?}");
         assert_eq!(
             a.engine.stats().crossed_dials + b.engine.stats().crossed_dials,
             2
@@ -1016,13 +1018,7 @@ fn a_dial_behind_an_answered_hello_is_served_by_its_link() {
     }
     connect(&mut b, &mut a);
     let (ea, eb) = run(&mut a, &mut b, None, 0, 50);
-    let up = |events: &[UdpEvent]| {
-        events
-            .iter()
-            .filter(|e| matches!(e, UdpEvent::Connected { .. }))
-            .count()
-    };
-    assert_eq!((up(&ea), up(&eb)), (1, 1), "{ea:?} {eb:?}");
+    assert_eq!((connected(&ea), connected(&eb)), (1, 1), "{ea:?} {eb:?}");
     cells_cross(&mut a, &mut b, 100);
     let (ea, eb) = run(&mut a, &mut b, None, 200, 10_000);
     assert!(

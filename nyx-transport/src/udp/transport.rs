@@ -271,11 +271,6 @@ impl UdpTransport {
             .map_err(io_error("UDP socket address"))
     }
 
-    /// Whether the socket moves one datagram per system call (see [`crate::socket`]).
-    pub fn plain_io(&self) -> bool {
-        self.socket.is_plain()
-    }
-
     /// Record every datagram this transport sends into `tap` (tests of what is on the wire).
     pub fn set_tap(&mut self, tap: crate::fault::WireTap) -> Result<(), Error> {
         self.tap = Some((self.local_addr()?, tap));
