@@ -138,11 +138,7 @@ async fn quic_pair() -> (
     let (ab, ba) = tokio::join!(a.connect(identity(2).node_id(), b_addr), async {
         b.accept().await.expect("incoming")
     });
-    (
-        Arc::new(ab.expect("dial")),
-        Arc::new(ba.expect("accept")),
-        vec![a, b],
-    )
+    (ab.expect("dial"), ba.expect("accept"), vec![a, b])
 }
 
 /// Cells per measured batch.

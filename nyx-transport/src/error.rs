@@ -81,6 +81,11 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// An accepted link was refused: the endpoint holds as many links as it may, and none
+    /// has been quiet long enough to make room.
+    #[error("link refused: every link is in use")]
+    LinksFull,
+
     /// TLS configuration failed.
     #[error("TLS configuration: {reason}")]
     TlsConfig {

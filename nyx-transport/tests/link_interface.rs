@@ -42,7 +42,7 @@ async fn one_interface_over_both_transports() {
     let (mine, theirs) = tokio::join!(my_quic.connect(quic_peer.node_id(), addr), async {
         their_quic.accept().await.unwrap()
     });
-    let (mine, theirs) = (Arc::new(mine.unwrap()), Arc::new(theirs.unwrap()));
+    let (mine, theirs) = (mine.unwrap(), theirs.unwrap());
     tokio::spawn(drive_quic_link(mine.clone(), inbound_tx.clone()));
     // The peer's side, driven into a channel of its own.
     let (their_tx, mut their_inbound) = mpsc::channel::<Inbound>(256);

@@ -25,15 +25,18 @@ fn node(seed: u8, ip: &str) -> (Arc<IdentityKey>, QuicEndpoint) {
 }
 
 /// The link `a` dials to `b` (whose identity is `b_id`), as each end sees it.
-async fn linked(a: &QuicEndpoint, b: &QuicEndpoint, b_id: NodeId) -> (QuicLink, QuicLink) {
+async fn linked(
+    a: &QuicEndpoint,
+    b: &QuicEndpoint,
+    b_id: NodeId,
+) -> (Arc<QuicLink>, Arc<QuicLink>) {
     let b_addr = b.local_addr().unwrap();
     let (ab, ba) = tokio::join!(a.connect(b_id, b_addr), async { b.accept().await.unwrap() });
     (ab.unwrap(), ba.unwrap())
 }
 
 /// A link driven as the node drives it: what arrives on it comes out of the receiver.
-fn driven(link: QuicLink) -> (Arc<QuicLink>, mpsc::Receiver<Inbound>) {
-    let link = Arc::new(link);
+fn driven(link: Arc<QuicLink>) -> (Arc<QuicLink>, mpsc::Receiver<Inbound>) {
     let (to, from) = mpsc::channel(4096);
     tokio::spawn(drive_quic_link(link.clone(), to));
     (link, from)
@@ -341,7 +344,6 @@ async fn an_unacknowledging_peer_fills_the_window_and_malformed_control_is_dropp
     let (_, a) = node(1, "127.0.0.2");
     let (b_id, b) = node(2, "127.0.0.3");
     let (ab, raw) = linked(&a, &b, b_id.node_id()).await;
-    let ab = Arc::new(ab);
     let (to_a, mut at_a) = mpsc::channel(64);
     tokio::spawn(drive_quic_link(ab.clone(), to_a));
     let max = nyx_transport::quic::MAX_CONTROL_IN_FLIGHT as u32;

@@ -63,6 +63,12 @@ pub struct NodeStats {
     pub udp_send_queue: usize,
     /// What became of incoming QUIC connection attempts (all zero over UDP).
     pub quic_admission: nyx_transport::admission::AdmissionStats,
+    /// The QUIC endpoint's links: open now, evicted to make room, refused (all zero over
+    /// UDP).
+    pub quic_links: nyx_transport::quic::QuicLinkStats,
+    /// QUIC links closed because another link to the same peer came up: crossed dials
+    /// (both ends dialled at once; one link stays) and redials.
+    pub quic_links_retired: u64,
     /// The UDP transport's counters (handshakes, cookies, drops, link-table changes);
     /// `None` over QUIC, or when the transport did not answer.
     pub udp: Option<nyx_transport::udp::UdpStats>,

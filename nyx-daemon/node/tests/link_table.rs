@@ -1,6 +1,6 @@
-//! A relay whose UDP link table is full of idle links still takes a newcomer: the quietest
-//! link makes room (its peer is told and redials when it needs the relay again), and both
-//! build circuits.
+//! A relay whose link table is full of idle links still takes a newcomer, over either
+//! transport: the quietest link makes room (its peer is told and redials when it needs the
+//! relay again), and both build circuits.
 
 #![allow(clippy::unwrap_used)]
 
@@ -17,16 +17,15 @@ use tokio::time::timeout;
 /// Generous bound for liveness only (never speed): CI machines are shared and slow.
 const LONG: Duration = Duration::from_secs(60);
 
-const NET: u8 = 144;
 const TABLE: usize = 8;
 
-fn client(host: u8, directory: &Directory) -> Node {
+fn client(transport: TransportKind, net: u8, host: u8, directory: &Directory) -> Node {
     Node::builder()
         .settings(NodeSettings {
-            listen: SocketAddr::from((Ipv4Addr::new(127, 0, NET, host), 0)),
+            listen: SocketAddr::from((Ipv4Addr::new(127, 0, net, host), 0)),
             ..node_settings()
         })
-        .transport(TransportKind::Udp)
+        .transport(transport)
         .directory(directory.clone())
         .build()
         .unwrap()
@@ -41,17 +40,27 @@ async fn one_hop(node: &Node, peer: &DirectoryPeer) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_table_of_idle_links_makes_room_for_a_newcomer() {
+async fn udp_a_full_table_of_idle_links_makes_room_for_a_newcomer() {
+    full_table_makes_room(TransportKind::Udp, 144).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_a_full_table_of_idle_links_makes_room_for_a_newcomer() {
+    full_table_makes_room(TransportKind::Quic, 147).await;
+}
+
+async fn full_table_makes_room(transport: TransportKind, net: u8) {
     let now = nyx_node::unix_now();
     let keys = NodeKeys::generate(now).unwrap();
     let identity = keys.identity.clone();
     let mut settings = NodeSettings {
         role: NodeRole::Relay,
-        transport: TransportKind::Udp,
-        listen: SocketAddr::from((Ipv4Addr::new(127, 0, NET, 1), 0)),
+        transport,
+        listen: SocketAddr::from((Ipv4Addr::new(127, 0, net, 1), 0)),
         ..node_settings()
     };
     settings.udp.max_peers = TABLE;
+    settings.quic.max_links = TABLE;
     // Every client is in one /24 here.
     settings.udp.hello_rate_per_source = 1000;
     let bound = BoundNode::bind(keys, settings).unwrap();
@@ -67,14 +76,14 @@ async fn a_full_table_of_idle_links_makes_room_for_a_newcomer() {
 
     let mut clients = Vec::new();
     for host in 0..TABLE as u8 {
-        let c = client(10 + host, &directory);
+        let c = client(transport, net, 10 + host, &directory);
         one_hop(&c, &peer).await;
         clients.push(c);
     }
     // The links go quiet (no circuits, so no pings) for longer than a link is protected
     // from eviction.
     tokio::time::sleep(Duration::from_secs(11)).await;
-    let newcomer = client(100, &directory);
+    let newcomer = client(transport, net, 100, &directory);
     one_hop(&newcomer, &peer).await;
     // The client whose link made room (the quietest, the first) was told, and gets a new
     // one (making room in turn: the next quietest goes).

@@ -428,12 +428,10 @@ async fn garbage_from_strangers_is_counted_and_harmless() {
         QuicConfig::default(),
     )
     .unwrap();
-    let link = std::sync::Arc::new(
-        endpoint
-            .connect(t.ids[victim], t.addrs[victim])
-            .await
-            .unwrap(),
-    );
+    let link = endpoint
+        .connect(t.ids[victim], t.addrs[victim])
+        .await
+        .unwrap();
     // Driven, so that its control messages are resent until acknowledged.
     let (to, _from) = tokio::sync::mpsc::channel(64);
     tokio::spawn(nyx_transport::link::drive_quic_link(link.clone(), to));

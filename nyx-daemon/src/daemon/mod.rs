@@ -11,6 +11,7 @@ pub mod config;
 pub mod dir;
 pub mod files;
 mod held;
+mod keeper;
 pub mod link_keys;
 mod run;
 mod state;

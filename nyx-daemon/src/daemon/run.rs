@@ -13,7 +13,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use super::config::DaemonConfig;
 use super::dir::{self, authority::AuthorityHandle};
 use super::state::{DaemonState, Endpoints, LogControl, StateParts};
-use super::{files, link_keys, trust};
+use super::{files, keeper, link_keys, trust};
 use crate::Error;
 use crate::control::{self, ControlListener};
 use crate::telemetry::prometheus::{PrometheusConfig, PrometheusServer};
@@ -252,7 +252,7 @@ impl Daemon {
                     .await;
             }));
         }
-        tasks.push(spawn_keeper(
+        tasks.push(keeper::spawn_keeper(
             state.clone(),
             node.handle().subscribe(),
             guards_path,
@@ -369,86 +369,4 @@ async fn bind_tcp(what: &'static str, addr: std::net::SocketAddr) -> Result<TcpL
     TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Listen { what, addr, source })
-}
-
-/// Keep what the node must not lose current while the daemon runs: its published
-/// descriptor (again when the onion keys rotate, with the new certificates, and halfway
-/// through its validity, so it never expires on a running relay) and its entry guards
-/// (saved to `guards_path` when a built circuit shows they differ from `saved_guards`).
-fn spawn_keeper(
-    state: Arc<DaemonState>,
-    mut events: tokio::sync::broadcast::Receiver<nyx_node::NodeEvent>,
-    guards_path: PathBuf,
-    mut saved_guards: Vec<nyx_node::SampledGuard>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let half_validity = || state.config().relay.descriptor_validity / 2;
-        let mut renew_at = tokio::time::Instant::now() + half_validity();
-        loop {
-            // The consensus in force may change with every reload: look each time.
-            let expires_at = state.consensus_valid_until().map(|until| {
-                let left = until.saturating_sub(nyx_node::unix_now());
-                tokio::time::Instant::now() + Duration::from_secs(left)
-            });
-            let certs = tokio::select! {
-                () = state.shutdown_requested() => return,
-                () = sleep_until_some(expires_at) => {
-                    if let Err(e) = state.consensus_expired().await {
-                        tracing::warn!(error = %e, "dropping the expired consensus failed");
-                    }
-                    continue;
-                }
-                () = tokio::time::sleep_until(renew_at) => None,
-                event = events.recv() => match event {
-                    Ok(nyx_node::NodeEvent::OnionKeysRotated { certs }) => Some(certs),
-                    Ok(nyx_node::NodeEvent::CircuitBuilt { .. }) => {
-                        save_guards(&state, &guards_path, &mut saved_guards).await;
-                        continue;
-                    }
-                    // A lagged subscription may have missed a rotation: ask for the keys.
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        match state.node.onion_certs().await {
-                            Ok(certs) if !certs.is_empty() => Some(certs),
-                            _ => continue,
-                        }
-                    }
-                    Ok(_) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                },
-            };
-            let rotated = certs.is_some();
-            match state.renew_descriptor(certs) {
-                Ok(true) => tracing::info!(rotated, "descriptor published again"),
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "descriptor could not be published again"),
-            }
-            renew_at = tokio::time::Instant::now() + half_validity();
-        }
-    })
-}
-
-/// Write the node's guards to `path` if they differ from `saved`.
-async fn save_guards(
-    state: &DaemonState,
-    path: &std::path::Path,
-    saved: &mut Vec<nyx_node::SampledGuard>,
-) {
-    let Ok(guards) = state.node.guards().await else {
-        return;
-    };
-    if guards == *saved {
-        return;
-    }
-    match files::write_guards(path, &guards) {
-        Ok(()) => *saved = guards,
-        Err(e) => tracing::warn!(error = %e, "guards could not be saved"),
-    }
-}
-
-/// Sleep until `at`, or forever without one.
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use nyx_core::NodeId;
 use nyx_core::time::CoarseClock;
+use nyx_core::{NodeId, Timestamp};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, Sleep};
 
@@ -56,6 +56,13 @@ pub struct QuicLink {
     control_sent: Notify,
     /// Whether a task drives the link already.
     driven: AtomicBool,
+    /// When its handshake began (this node sent or admitted the first packet) and ended,
+    /// on the endpoint's clock.
+    started: Timestamp,
+    up: Timestamp,
+    /// When a datagram (cell or control) last arrived, in nanoseconds of `clock`; QUIC's
+    /// own keep-alives do not count.
+    last_heard: AtomicU64,
     clock: CoarseClock,
 }
 
@@ -64,9 +71,11 @@ impl QuicLink {
         conn: quinn::Connection,
         peer: NodeId,
         dialled_by_us: bool,
+        started: Timestamp,
         control: QuicControl,
         clock: CoarseClock,
     ) -> Self {
+        let up = clock.tick();
         QuicLink {
             conn,
             peer,
@@ -75,8 +84,29 @@ impl QuicLink {
             control: std::sync::Mutex::new(control),
             control_sent: Notify::new(),
             driven: AtomicBool::new(false),
+            started,
+            up,
+            last_heard: AtomicU64::new(up.as_nanos()),
             clock,
         }
+    }
+
+    /// When the link's handshake began here: this node sent its first packet (dialled) or
+    /// admitted the dialler's (accepted); on the endpoint's clock, like
+    /// [`up_at`](Self::up_at) and [`last_heard`](Self::last_heard).
+    pub fn handshake_started(&self) -> Timestamp {
+        self.started
+    }
+
+    /// When the link's handshake completed here.
+    pub fn up_at(&self) -> Timestamp {
+        self.up
+    }
+
+    /// When a cell or control datagram last arrived on the link (when it came up, if none
+    /// has), on the endpoint's clock.
+    pub fn last_heard(&self) -> Timestamp {
+        Timestamp::from_nanos(self.last_heard.load(Ordering::Relaxed))
     }
 
     /// The peer's verified identity.
@@ -200,6 +230,9 @@ impl QuicLink {
                     continue;
                 }
             };
+            // Read, not ticked: the shared clock's atomic stays out of the per-cell path.
+            let heard = self.clock.timestamp_of(std::time::Instant::now());
+            self.last_heard.store(heard.as_nanos(), Ordering::Relaxed);
             if !is_control(&datagram) {
                 self.counters.cells_in.fetch_add(1, Ordering::Relaxed);
                 self.counters

@@ -30,10 +30,13 @@ use crate::socket::{DatagramSocket, QuinnSocket, SocketMode};
 
 mod control;
 mod link;
+mod table;
 
 pub use crate::control::{MAX_CONTROL_IN_FLIGHT, MAX_CONTROL_LEN};
 pub use control::{CHUNK_HEADER, CONTROL_MARK, ControlDatagram, QuicControl, is_control};
 pub use link::{LinkCounters, QuicLink};
+use table::LinkTable;
+pub use table::{MIN_QUIET_TO_EVICT, QuicLinkStats};
 
 /// Settings of the QUIC transport.
 #[derive(Debug, Clone)]
@@ -60,6 +63,9 @@ pub struct QuicConfig {
     /// `pad_to -` [`CHUNK_HEADER`] bytes. At least `CHUNK_HEADER + 1`; a control message is
     /// refused while the path carries no datagram this long.
     pub pad_to: usize,
+    /// Links open at once (dialled and accepted) before an accepted one must make room by
+    /// closing a quiet link, or is refused (see `quic/table.rs`). Default 4096.
+    pub max_links: usize,
 }
 
 /// Which congestion controller quinn runs on a link.
@@ -86,6 +92,7 @@ impl Default for QuicConfig {
             admission: AdmissionConfig::default(),
             socket: SocketMode::Auto,
             pad_to: nyx_crypto::onion::CELL_LEN + 4,
+            max_links: 4096,
         }
     }
 }
@@ -100,6 +107,8 @@ pub struct QuicEndpoint {
     config: QuicConfig,
     /// Which incoming attempts get a handshake.
     admission: std::sync::Mutex<Admission>,
+    /// The links open now, bounded by `config.max_links`.
+    table: Arc<std::sync::Mutex<LinkTable>>,
     clock: CoarseClock,
 }
 
@@ -178,6 +187,7 @@ impl QuicEndpoint {
             endpoint,
             identity,
             admission: std::sync::Mutex::new(Admission::new(config.admission)?),
+            table: Arc::new(std::sync::Mutex::new(LinkTable::new(config.max_links))),
             config,
             clock: CoarseClock::new(),
         })
@@ -200,7 +210,8 @@ impl QuicEndpoint {
 
     /// Dial `peer` at `addr`; refused with [`Error::WrongPeer`] if another node answers.
     #[tracing::instrument(name = "quic_dial", skip_all, fields(peer = %Redacted(peer)))]
-    pub async fn connect(&self, peer: NodeId, addr: SocketAddr) -> Result<QuicLink, Error> {
+    pub async fn connect(&self, peer: NodeId, addr: SocketAddr) -> Result<Arc<QuicLink>, Error> {
+        let started = self.clock.tick();
         let refusal = Refusal::default();
         // A client shows an identity made for this link alone (dropped with the config).
         let identity = crate::link::dial_identity(self.identity.as_ref())?;
@@ -229,7 +240,12 @@ impl QuicEndpoint {
         };
         tracing::debug!(peer = %Redacted(peer), "quic link up (dialled)");
         let control = QuicControl::new(self.config.pad_to)?;
-        Ok(QuicLink::new(conn, peer, true, control, self.clock.clone()))
+        let clock = self.clock.clone();
+        let link = Arc::new(QuicLink::new(conn, peer, true, started, control, clock));
+        if let Ok(mut table) = self.table.lock() {
+            table.add_dialled(&link);
+        }
+        Ok(link)
     }
 
     /// The next incoming link (its dialler's identity verified), or `None` once the endpoint
@@ -237,7 +253,7 @@ impl QuicEndpoint {
     /// [`accept_incoming`](Self::accept_incoming) and complete handshakes concurrently, so a
     /// slow or silent dialler cannot hold up the others.
     #[tracing::instrument(name = "quic_accept", skip_all)]
-    pub async fn accept(&self) -> Option<Result<QuicLink, Error>> {
+    pub async fn accept(&self) -> Option<Result<Arc<QuicLink>, Error>> {
         let incoming = self.accept_incoming().await?;
         Some(incoming.complete().await)
     }
@@ -262,7 +278,9 @@ impl QuicEndpoint {
                         incoming,
                         _slot: slot,
                         pad_to: self.config.pad_to,
+                        started: now,
                         clock: self.clock.clone(),
+                        table: self.table.clone(),
                     });
                 }
                 (Verdict::Retry, _) if incoming.may_retry() => {
@@ -277,6 +295,11 @@ impl QuicEndpoint {
     /// The admission counters of incoming attempts.
     pub fn admission_stats(&self) -> AdmissionStats {
         self.admission.lock().map(|a| a.stats()).unwrap_or_default()
+    }
+
+    /// The counters of the links open now.
+    pub fn link_stats(&self) -> QuicLinkStats {
+        self.table.lock().map(|mut t| t.stats()).unwrap_or_default()
     }
 
     /// Close every link and stop accepting.
@@ -297,17 +320,24 @@ pub struct IncomingLink {
     /// Its place among the handshakes in progress, freed when the handshake ends.
     _slot: HandshakeSlot,
     pad_to: usize,
+    /// When it was admitted: the handshake's start here.
+    started: nyx_core::Timestamp,
     clock: CoarseClock,
+    table: Arc<std::sync::Mutex<LinkTable>>,
 }
 
 impl IncomingLink {
     /// Finish the handshake: the link, with its dialler's identity verified by TLS.
-    pub async fn complete(self) -> Result<QuicLink, Error> {
+    /// Refused with [`Error::LinksFull`] (and closed) when the endpoint holds `max_links`
+    /// links and none has been quiet long enough to make room.
+    pub async fn complete(self) -> Result<Arc<QuicLink>, Error> {
         let IncomingLink {
             incoming,
             _slot,
             pad_to,
+            started,
             clock,
+            table,
         } = self;
         let conn = incoming.await.map_err(connection_error)?;
         // The handshake is over: its slot goes back.
@@ -322,14 +352,15 @@ impl IncomingLink {
             .ok_or_else(|| Error::BadCertificate {
                 reason: "no certificate".to_string(),
             })??;
+        let control = QuicControl::new(pad_to)?;
+        let link = Arc::new(QuicLink::new(conn, peer, false, started, control, clock));
+        let admitted = table.lock().is_ok_and(|mut t| t.admit(&link, link.up_at()));
+        if !admitted {
+            link.close("busy: link table full");
+            return Err(Error::LinksFull);
+        }
         tracing::debug!(peer = %Redacted(peer), "quic link up (accepted)");
-        Ok(QuicLink::new(
-            conn,
-            peer,
-            false,
-            QuicControl::new(pad_to)?,
-            clock,
-        ))
+        Ok(link)
     }
 }
 

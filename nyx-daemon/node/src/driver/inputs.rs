@@ -1,8 +1,6 @@
 //! What the driver takes in: cells and control messages from links, link changes, and the
 //! commands of the node's handles.
 
-use std::sync::Arc;
-
 use nyx_core::NodeId;
 use nyx_overlay::circuit::{CircuitHandle, DestroyReason};
 use nyx_transport::link::{Inbound, Message, UdpLink};
@@ -12,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Driver, depth, push_task, rotation_deadline};
 use crate::events::{CircuitInfo, NodeEvent, PeerInfo};
 use crate::handle::Command;
-use crate::links::{LinkEvent, LinkRef, spawn_quic_driver};
+use crate::links::{LinkEvent, LinkRef};
 use crate::{Error, NodeStats, unix_now};
 use tokio::time::Instant;
 
@@ -104,30 +102,9 @@ impl Driver {
     }
 
     pub(super) fn link_event(&mut self, event: LinkEvent) {
-        let now = self.now();
         match event {
-            LinkEvent::QuicUp(link) => {
-                let peer = link.peer();
-                let task = spawn_quic_driver(
-                    link.clone(),
-                    self.inbound_tx.clone(),
-                    self.link_events_tx.clone(),
-                );
-                push_task(&self.aux, task);
-                self.links.live.insert(peer, LinkRef::Quic(link));
-                self.peer_up(peer);
-                self.overlay.link_up(peer, now);
-                self.probe_link_up(peer);
-            }
-            LinkEvent::QuicClosed(link) => {
-                let peer = link.peer();
-                let current = matches!(self.links.live.get(&peer), Some(LinkRef::Quic(l)) if Arc::ptr_eq(l, &link));
-                if current {
-                    self.links.live.remove(&peer);
-                    self.peer_down(peer);
-                    self.overlay.link_down(peer, now);
-                }
-            }
+            LinkEvent::QuicUp(link) => self.quic_up(link),
+            LinkEvent::QuicClosed(link) => self.quic_closed(&link),
             LinkEvent::DialFailed(peer) => self.dial_failed(peer),
         }
     }
@@ -236,6 +213,12 @@ impl Driver {
                         .as_ref()
                         .map(|q| q.admission_stats())
                         .unwrap_or_default(),
+                    quic_links: self
+                        .quic
+                        .as_ref()
+                        .map(|q| q.link_stats())
+                        .unwrap_or_default(),
+                    quic_links_retired: self.quic_retired,
                     udp: None,
                     udp_socket: None,
                 };

@@ -6,6 +6,7 @@
 mod direct;
 mod inputs;
 mod outputs;
+mod quic;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -85,6 +86,8 @@ struct Driver {
     aux: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     send_failures: u64,
     owner_drops: u64,
+    /// QUIC links closed because another link to the same peer came up.
+    quic_retired: u64,
 }
 
 pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error> {
@@ -196,6 +199,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         aux: aux.clone(),
         send_failures: 0,
         owner_drops: 0,
+        quic_retired: 0,
     };
     let task = tokio::spawn(driver.run(commands_rx, inbound_rx, link_events_rx, udp_events, alive));
     Ok(Node {

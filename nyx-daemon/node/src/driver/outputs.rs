@@ -39,6 +39,10 @@ impl Driver {
                     link.close();
                     self.peer_down(peer);
                 }
+                // A dead peer's spare links are dead too.
+                for spare in self.links.quic_spare.remove(&peer).unwrap_or_default() {
+                    spare.close("overlay: link dead");
+                }
             }
         }
     }

@@ -579,6 +579,7 @@ impl DaemonConfig {
         s.streams.max_streams = self.limits.max_streams_per_circuit as usize;
         s.udp.hello_rate_per_source = self.limits.handshakes_per_prefix.per_second.ceil() as u32;
         s.udp.max_peers = self.limits.max_links;
+        s.quic.max_links = self.limits.max_links;
         s.udp.pool_bytes = self.limits.cell_pool_bytes;
         if let Ok(policy) = self.exit_policy() {
             s.exit_policy = policy;

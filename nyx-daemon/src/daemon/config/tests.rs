@@ -81,6 +81,14 @@ fn full_file_parses() {
     );
 }
 
+/// `limits.max_links` bounds the link table of either transport.
+#[test]
+fn max_links_bounds_both_transports() {
+    let c = parse_str("[limits]\nmax_links = 77\n").unwrap();
+    let s = c.node_settings();
+    assert_eq!((s.udp.max_peers, s.quic.max_links), (77, 77));
+}
+
 /// What a network simulator needs: plain socket I/O, an abstract control socket name or
 /// none, and paths whose relays may share a subnet; all reach the node's settings.
 #[test]
