@@ -10,11 +10,12 @@ large one, then the medians and NyxNet/Tor ratios:
         --relays 100 --clients 20 --latency-ms 20 --loss 0 --nets nyx-udp,nyx-quic,tor
 
 Topology: every host (authorities, relays, clients) attaches to one network node with a
-`--bandwidth-mbit` link up and down (the web server has 10 Gbit/s, so that clients do not
-queue at it); every path between two hosts crosses one
-edge of `--latency-ms` one-way latency that drops `--loss` of its packets. A 3-hop circuit
-thus crosses four links (client, guard, middle, exit, server), like compare.sh's per-link
-loss on loopback.
+`--bandwidth-mbit` link up and down (the web server, on a node of its own, has 10 Gbit/s, so
+that clients do not queue at it); every path between two hosts crosses one edge of
+`--latency-ms` one-way latency that drops `--loss` of its packets (`--server-loss` on the
+server's path, 0 by default). A 3-hop circuit thus crosses three lossy links (client, guard,
+middle, exit) and the exit's clean one to the server, like compare.sh's loss on the links
+between nodes on loopback.
 
 NyxNet: `--authorities` directory authorities (relays too) whose keys are made before the
 simulation (`nyx-daemon --authority-line`); every other daemon pins them and bootstraps from
@@ -53,7 +54,14 @@ def parse_args(argv):
     p.add_argument("--authorities", type=int, default=3)
     p.add_argument("--clients", type=int, default=20)
     p.add_argument("--latency-ms", type=float, default=20.0, help="one-way latency per link")
-    p.add_argument("--loss", type=float, default=0.0, help="packet loss per link, 0..1")
+    p.add_argument("--loss", type=float, default=0.0,
+                   help="packet loss per link between the networks' hosts, 0..1")
+    p.add_argument("--server-latency-ms", type=float, default=None,
+                   help="one-way latency of the web server's link (default: --latency-ms)")
+    p.add_argument("--server-loss", type=float, default=0.0,
+                   help="packet loss on the web server's link, 0..1 (default 0: the server is "
+                        "outside both networks, as in compare.sh, and Shadow's TCP breaks "
+                        "down at 2%% loss)")
     p.add_argument("--bandwidth-mbit", type=int, default=100, help="each host's link, up and down")
     p.add_argument("--size", type=int, default=10 * 1024 * 1024, help="bytes of the large file")
     p.add_argument("--downloads", type=int, default=3, help="large downloads per client, in turn")
@@ -81,7 +89,12 @@ def parse_args(argv):
     p.add_argument("--authority-keys", metavar="DIR",
                    help="take the NyxNet authorities' keys from DIR (made there if missing), so "
                         "that two runs simulate the same network; default: fresh keys")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    # Shadow runs in the network's directory: paths given relative to here must still work.
+    for key in ("dir", "daemon", "authority_keys"):
+        if getattr(args, key, None):
+            setattr(args, key, os.path.abspath(getattr(args, key)))
+    return args
 
 
 def ip(kind, i):
@@ -120,15 +133,27 @@ def make_files(args, base):
 
 def graph(args):
     loss = max(0.0, min(1.0, args.loss))
-    # Shadow's GML parser wants one key-value pair per line.
+    server_loss = max(0.0, min(1.0, args.server_loss))
+    def latency(ms):
+        return f"    latency \"{round(ms * 1000)} us\"\n"
+
+    server_ms = args.latency_ms if args.server_latency_ms is None else args.server_latency_ms
+    bandwidth = (f"    host_bandwidth_down \"{args.bandwidth_mbit} Mbit\"\n"
+                 f"    host_bandwidth_up \"{args.bandwidth_mbit} Mbit\"\n")
+
+    def edge(a, b, p, ms):
+        return (f"  edge [\n    source {a}\n    target {b}\n{latency(ms)}"
+                f"    packet_loss {p}\n  ]\n")
+
+    # Node 0 holds the networks' hosts, node 1 the web server: the server's path can have a
+    # loss of its own. Shadow's GML parser wants one key-value pair per line.
     return (
         "graph [\n  directed 0\n"
-        "  node [\n    id 0\n"
-        f"    host_bandwidth_down \"{args.bandwidth_mbit} Mbit\"\n"
-        f"    host_bandwidth_up \"{args.bandwidth_mbit} Mbit\"\n  ]\n"
-        "  edge [\n    source 0\n    target 0\n"
-        f"    latency \"{round(args.latency_ms * 1000)} us\"\n    packet_loss {loss}\n  ]\n"
-        "]\n"
+        f"  node [\n    id 0\n{bandwidth}  ]\n"
+        f"  node [\n    id 1\n{bandwidth}  ]\n"
+        + edge(0, 0, loss, args.latency_ms) + edge(0, 1, server_loss, server_ms)
+        + edge(1, 1, 0.0, server_ms)
+        + "]\n"
     )
 
 
@@ -150,8 +175,8 @@ def shadow_yaml(args, hosts, start_s):
     return json.dumps(config, indent=1)
 
 
-def host(addr, processes):
-    return {"network_node_id": 0, "ip_addr": addr, "processes": processes}
+def host(addr, processes, node=0):
+    return {"network_node_id": node, "ip_addr": addr, "processes": processes}
 
 
 def process(path, args, start_s, final="running", env=None):
@@ -164,7 +189,7 @@ def process(path, args, start_s, final="running", env=None):
 
 def common_hosts(args, www, specs, clients, client_procs, start_s):
     server = host(SERVER_IP, [process(args.python, [os.path.join(HERE, "peer.py"), "serve",
-                                                   f"{SERVER_IP}:{SERVER_PORT}", www], 1)])
+                                                   f"{SERVER_IP}:{SERVER_PORT}", www], 1)], node=1)
     # The server's own link is not what is measured: 20 clients at once must not share one
     # host link there.
     server.update({"bandwidth_down": "10 Gbit", "bandwidth_up": "10 Gbit"})

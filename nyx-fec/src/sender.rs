@@ -2,6 +2,7 @@
 //! symbols, answers repair requests with fresh symbols, probes when feedback stops.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use nyx_core::Timestamp;
 use raptorq::{ObjectTransmissionInformation, SourceBlockEncoder};
@@ -43,6 +44,8 @@ struct SendBlock {
     encoder: Option<SourceBlockEncoder>,
     next_esi: u32,
     to_send: u32,
+    /// When its latest symbol left.
+    last_sent: Timestamp,
     holdoff_until: Timestamp,
     second_round: bool,
     /// Up-front repair is chosen when the block's source symbols have gone out, with the
@@ -69,6 +72,9 @@ pub struct Sender {
     controller: Redundancy,
     last_progress: Timestamp,
     probe_backoff: u32,
+    /// How long a symbol may take to reach the receiver and be reported missing, as the
+    /// caller measures the path ([`set_rtt`](Self::set_rtt)); `None` until told.
+    rtt: Option<Duration>,
     stats: SenderStats,
 }
 
@@ -89,6 +95,7 @@ impl Sender {
             controller,
             last_progress: now,
             probe_backoff: 0,
+            rtt: None,
             stats: SenderStats::default(),
         })
     }
@@ -187,6 +194,7 @@ impl Sender {
         .write(out)?;
         block.next_esi += 1;
         block.to_send -= 1;
+        block.last_sent = now;
         if block.to_send == 0 && !block.repair_decided {
             block.repair_decided = true;
             block.informed = self.estimator.has_data();
@@ -250,7 +258,17 @@ impl Sender {
             // A block still in its first round is not late, only slow to send (the window
             // or the pacing held it back): its own symbols are still coming. Answering would
             // jump past its unsent source symbols to repair ones and skip its up-front repair.
-            if now < block.holdoff_until || !block.repair_decided {
+            // Nor is a block with symbols still queued here: what was asked for before is
+            // on its way out.
+            if now < block.holdoff_until || !block.repair_decided || block.to_send > 0 {
+                continue;
+            }
+            // A request can only know of symbols that left a round trip before it arrived:
+            // the receiver misses the later ones because they are in flight, not lost.
+            if self
+                .rtt
+                .is_some_and(|rtt| now < block.last_sent.saturating_add(rtt))
+            {
                 continue;
             }
             let needed = if r.needed == NEEDED_ALL {
@@ -272,6 +290,17 @@ impl Sender {
             }
         }
         self.close_if_flushed(now);
+    }
+
+    /// The path's round trip as the caller measures it (a smoothed RTT with a margin for
+    /// its variation). From then on a repair request for a block is answered only once
+    /// the block's latest symbol left at least this long ago: a receiver that reports a
+    /// block incomplete sooner is missing symbols still in flight, not lost ones, and
+    /// answering it sends repair the block does not need (on a loss-free path with a
+    /// 300 ms round trip, three packets for every source symbol). Until it is called,
+    /// only `repair_holdoff` spaces the answers: right for round trips shorter than that.
+    pub fn set_rtt(&mut self, rtt: Duration) {
+        self.rtt = Some(rtt);
     }
 
     /// When the sender next needs [`handle_timeout`](Self::handle_timeout): the open block's
@@ -400,6 +429,7 @@ impl Sender {
             encoder: None,
             next_esi: 0,
             to_send: u32::from(k),
+            last_sent: now,
             holdoff_until: now,
             second_round: false,
             repair_decided: false,
@@ -479,5 +509,46 @@ mod tests {
         let (h, _) = SymbolHeader::parse(&out[..m], 16).unwrap();
         assert!(h.esi >= 8, "a repair symbol, not a resent source one");
         assert_eq!(tx.stats().second_round_blocks, 1);
+    }
+
+    #[test]
+    fn a_request_sooner_than_a_round_trip_after_the_last_symbol_is_ignored() {
+        let config = FecConfig {
+            symbol_size: 16,
+            max_block_symbols: 8,
+            ..FecConfig::default()
+        };
+        let t0 = Timestamp::from_millis(100);
+        let mut tx = Sender::new(config, t0).unwrap();
+        tx.set_rtt(std::time::Duration::from_millis(300));
+        tx.write(&[7u8; 128], t0).unwrap();
+        let mut out = [0u8; 64];
+        while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+        let fb = Feedback {
+            next: 0,
+            expected: 0,
+            received: 0,
+            runs: 0,
+            requests: vec![Request {
+                block: 0,
+                needed: 3,
+            }],
+        };
+        let mut bytes = [0u8; 64];
+        let n = fb.write(&mut bytes).unwrap();
+        // 100 ms after the last symbol left, the receiver cannot have had it: in flight.
+        let early = t0.saturating_add(std::time::Duration::from_millis(100));
+        tx.handle_feedback(&bytes[..n], early).unwrap();
+        assert!(!tx.has_pending_symbols(), "{:?}", tx.stats());
+        // A round trip later the report means loss: three are needed, more go out.
+        let late = t0.saturating_add(std::time::Duration::from_millis(301));
+        tx.handle_feedback(&bytes[..n], late).unwrap();
+        assert!(tx.has_pending_symbols());
+        let answered = tx.stats().requested_repair;
+        assert!(answered >= 3, "{answered}");
+        // While those wait to leave, the same report again asks for nothing more.
+        let again = late.saturating_add(std::time::Duration::from_secs(1));
+        tx.handle_feedback(&bytes[..n], again).unwrap();
+        assert_eq!(tx.stats().requested_repair, answered);
     }
 }

@@ -182,6 +182,7 @@ impl NodeHandle {
             }
             let mut counters = ep.mux.stats();
             (counters.window, counters.in_flight) = (0, 0);
+            (counters.blocks_in_flight, counters.send_credit) = (0, 0);
             (counters.srtt, counters.min_rtt) = (Duration::ZERO, Duration::ZERO);
             self.streams
                 .retired

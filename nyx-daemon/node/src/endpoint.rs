@@ -21,6 +21,9 @@ use nyx_overlay::stream::{ResetReason, StreamEvent, StreamId, StreamMux};
 /// Packets moved per wake-up before the task looks at its inputs again.
 const BATCH: usize = 128;
 
+/// How often a circuit end with streams logs its stream counters (at debug level).
+const REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Who to tell when a stream can move.
 #[derive(Debug, Default)]
 pub(super) struct Wakers {
@@ -199,10 +202,18 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
     // Packets are carved from a reference-counted region: no allocation per packet.
     let mut arena = CellArena::new(MAX_BACKWARD_BODY);
     let mut out = Vec::with_capacity(BATCH);
+    let exit = matches!(port, Port::Exit { .. });
+    let mut report_at = Timestamp::ZERO;
     loop {
         let (deadline, finished) = {
             let mut s = ep.lock();
             let now = s.now();
+            if now >= report_at && s.mux.stream_count() > 0 {
+                report_at = now.saturating_add(REPORT_EVERY);
+                if tracing::enabled!(tracing::Level::DEBUG) {
+                    report(&s.mux, exit, now);
+                }
+            }
             while out.len() < BATCH {
                 match s.mux.poll_transmit(now, &mut buf) {
                     Some(n) => out.push(arena.copy_of(&buf[..n]).freeze()),
@@ -274,6 +285,33 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
             }
         }
     }
+}
+
+/// Log a circuit end's stream counters: what tells a window limit from loss, repair or
+/// queueing when a transfer is slow. Counters only, nothing about the circuit's path.
+fn report(mux: &StreamMux, exit: bool, now: Timestamp) {
+    let s = mux.stats();
+    tracing::debug!(
+        at_ms = now.as_nanos() / 1_000_000,
+        end = if exit { "exit" } else { "client" },
+        streams = mux.stream_count(),
+        window = s.window,
+        in_flight = s.in_flight,
+        blocks_in_flight = s.blocks_in_flight,
+        send_credit = s.send_credit,
+        srtt_ms = s.srtt.as_secs_f64() * 1e3,
+        min_rtt_ms = s.min_rtt.as_secs_f64() * 1e3,
+        sent = s.packets_sent,
+        received = s.packets_received,
+        lost = s.lost,
+        probe_timeouts = s.probe_timeouts,
+        congestion_events = s.congestion_events,
+        fec_packets = s.fec_packets,
+        fec_source = s.fec_source_symbols,
+        fec_requested = s.fec_requested_repair,
+        controls_resent = s.controls_resent,
+        "stream counters"
+    );
 }
 
 /// The circuit is gone: every stream fails, everyone waiting is told.

@@ -19,6 +19,7 @@
 
 pub mod cc;
 mod mux;
+mod pacer;
 mod recovery;
 mod state;
 #[cfg(test)]
@@ -138,6 +139,11 @@ pub struct StreamConfig {
     pub fec: FecConfig,
     /// Bytes a stream's receiver buffers ahead of its reader (default 2 MiB).
     pub stream_window: u64,
+    /// The most a stream's window grows to (default 8 MiB). A receiver whose reader frees
+    /// half the window in less than two round trips doubles it, up to this: the window,
+    /// not the reader, was what held the stream back (at a 120 ms round trip 2 MiB allow
+    /// about 8 MB/s at best). A slow reader never grows it.
+    pub max_stream_window: u64,
     /// Streams open at once on one circuit; more are refused (default 256).
     pub max_streams: usize,
     /// An ACK is sent after this many packets that ask for one (default 8)...
@@ -161,6 +167,7 @@ impl Default for StreamConfig {
                 ..FecConfig::default()
             },
             stream_window: 2 * 1024 * 1024,
+            max_stream_window: 8 * 1024 * 1024,
             max_streams: 256,
             ack_every: 8,
             max_ack_delay: Duration::from_millis(2),
@@ -182,6 +189,9 @@ impl StreamConfig {
                 "stream_window",
                 format!("must be at least {INITIAL_STREAM_WINDOW}"),
             ));
+        }
+        if self.max_stream_window < self.stream_window {
+            return Some(("max_stream_window", "must be at least stream_window".into()));
         }
         if self.max_streams == 0 {
             return Some(("max_streams", "must be at least 1".into()));

@@ -7,6 +7,7 @@ use nyx_core::Timestamp;
 use nyx_fec::packet::{MAX_FEEDBACK_LEN, SYMBOL_HEADER_LEN};
 
 use super::cc::Vegas;
+use super::pacer::Pacer;
 use super::recovery::{AckState, SentPackets, Settled};
 use super::state::Stream;
 use super::wire::{self, CARRIER_HEADER_LEN, Control, Frame, MAX_TARGET_LEN, PACKET_HEADER_LEN};
@@ -66,6 +67,13 @@ pub struct MuxStats {
     pub srtt: Duration,
     /// Smallest RTT seen (`Duration::MAX` before the first sample).
     pub min_rtt: Duration,
+    /// FEC blocks sent and not yet acknowledged now, over all streams (a stream holds at
+    /// most `max_blocks_in_flight`: when every sending stream is there, the FEC window and
+    /// not the congestion window limits).
+    pub blocks_in_flight: u32,
+    /// Stream bytes the peer's flow control still lets this end send now, over the streams
+    /// that have not finished sending (near zero: the reader's window limits).
+    pub send_credit: u64,
 }
 
 impl MuxStats {
@@ -87,6 +95,8 @@ impl MuxStats {
         self.congestion_events += o.congestion_events;
         self.window = self.window.max(o.window);
         self.in_flight = self.in_flight.max(o.in_flight);
+        self.blocks_in_flight += o.blocks_in_flight;
+        self.send_credit += o.send_credit;
         self.srtt = self.srtt.max(o.srtt);
         self.min_rtt = if self.min_rtt.is_zero() {
             o.min_rtt
@@ -121,6 +131,12 @@ pub struct StreamMux {
     acks: AckState,
     sent: SentPackets,
     cc: Vegas,
+    pacer: Pacer,
+    /// The last poll held a symbol back for pacing: wake when the pacer allows one.
+    paced: bool,
+    /// The time of the latest input (a packet, a poll or a timeout): reads, which take no
+    /// time of their own, are placed at it.
+    now: Timestamp,
     ping: bool,
     pto_count: u32,
     events: VecDeque<StreamEvent>,
@@ -145,6 +161,9 @@ impl StreamMux {
         Ok(StreamMux {
             role,
             cc: Vegas::new(config.cc.clone(), now),
+            pacer: Pacer::new(now),
+            paced: false,
+            now,
             config,
             max_packet,
             streams: BTreeMap::new(),
@@ -192,7 +211,7 @@ impl StreamMux {
         }
         let id = StreamId(self.next_id);
         self.next_id += 1;
-        let stream = Stream::new(&self.config.fec, self.config.stream_window, now)?;
+        let stream = Stream::new(&self.config.fec, self.windows(), now)?;
         self.streams.insert(id, stream);
         self.controls.push_back(Control::Open {
             stream: id,
@@ -255,6 +274,11 @@ impl StreamMux {
         Ok(())
     }
 
+    /// A new stream's window and how far it may grow.
+    fn windows(&self) -> (u64, u64) {
+        (self.config.stream_window, self.config.max_stream_window)
+    }
+
     /// Copy readable bytes into `buf`.
     pub fn read(&mut self, id: StreamId, buf: &mut [u8]) -> Result<ReadOutcome, Error> {
         let stream = self.streams.get_mut(&id).ok_or(Error::NoSuchStream)?;
@@ -274,7 +298,7 @@ impl StreamMux {
             return Ok(ReadOutcome::Blocked);
         }
         stream.consumed += n as u64;
-        if let Some(max) = stream.window_update() {
+        if let Some(max) = stream.window_update(self.now, self.sent.rtt().smoothed) {
             self.controls
                 .push_back(Control::MaxData { stream: id, max });
         }
@@ -366,6 +390,10 @@ impl StreamMux {
             packets += t.packets;
             source += t.source_symbols;
             requested += t.requested_repair;
+            s.blocks_in_flight += stream.tx.blocks_in_flight() as u32;
+            if stream.fin.is_none() {
+                s.send_credit += stream.peer_max.saturating_sub(stream.written);
+            }
         }
         s.fec_packets = packets;
         s.fec_source_symbols = source;
@@ -382,6 +410,7 @@ impl StreamMux {
     /// Take one packet from the peer (a circuit DATA payload). A packet that does not parse
     /// is dropped whole and counted; nothing in it is applied.
     pub fn handle_packet(&mut self, packet: &[u8], now: Timestamp) -> Result<(), Error> {
+        self.now = self.now.max(now);
         let (pn, frames) = wire::parse_packet(packet).map_err(|e| self.malformed(e))?;
         let mut eliciting = false;
         for frame in frames.clone() {
@@ -427,9 +456,13 @@ impl StreamMux {
                 }
             }
             Frame::Feedback { stream, feedback } => {
+                let rtt = self.sent.rtt().repair_delay();
                 if let Some(s) = self.streams.get_mut(&stream)
                     && s.reset.is_none()
-                    && s.tx.handle_feedback(feedback, now).is_err()
+                    && {
+                        s.tx.set_rtt(rtt);
+                        s.tx.handle_feedback(feedback, now).is_err()
+                    }
                 {
                     self.protocol_reset(stream);
                 }
@@ -455,7 +488,7 @@ impl StreamMux {
                     self.stats.streams_reset += 1;
                     return;
                 }
-                let Ok(s) = Stream::new(&self.config.fec, self.config.stream_window, now) else {
+                let Ok(s) = Stream::new(&self.config.fec, self.windows(), now) else {
                     return;
                 };
                 self.streams.insert(stream, s);
@@ -625,6 +658,7 @@ impl StreamMux {
     /// Write the next packet into `out` (at least [`max_packet`](Self::max_packet) bytes
     /// are used if given); `None` when nothing is due.
     pub fn poll_transmit(&mut self, now: Timestamp, out: &mut [u8]) -> Option<usize> {
+        self.now = self.now.max(now);
         let pn = self.sent.next_pn()?;
         let end = out.len().min(self.max_packet);
         let out = &mut out[..end];
@@ -646,9 +680,17 @@ impl StreamMux {
             in_flight = true;
         }
         at = self.write_feedback(now, out, at, &mut in_flight);
-        if self.sent.in_flight() < self.cc.window() || (!in_flight && self.ping) {
+        let open = self.sent.in_flight() < self.cc.window();
+        let (cwnd, srtt, ss) = self.pacing();
+        let paced = open && !self.pacer.ready(now, cwnd, srtt, ss);
+        if (open && !paced) || (!in_flight && self.ping) {
+            let before = at;
             at = self.write_symbol(now, out, at, &mut in_flight);
+            if at != before {
+                self.pacer.on_sent();
+            }
         }
+        self.paced = paced;
         if self.ping && !in_flight {
             at = wire::write_ping(out, at);
             in_flight = true;
@@ -761,6 +803,10 @@ impl StreamMux {
             }
         };
         consider(self.acks.deadline(self.config.max_ack_delay));
+        if self.paced {
+            let (cwnd, srtt, ss) = self.pacing();
+            consider(Some(self.pacer.next(cwnd, srtt, ss)));
+        }
         consider(self.sent.loss_deadline());
         consider(self.pto_deadline());
         for s in self.streams.values() {
@@ -772,6 +818,12 @@ impl StreamMux {
             }
         }
         t
+    }
+
+    /// What the pacer paces by: the window, the smoothed RTT, slow start.
+    fn pacing(&self) -> (u32, Duration, bool) {
+        let rtt = self.sent.rtt().smoothed;
+        (self.cc.window(), rtt, self.cc.in_slow_start())
     }
 
     fn pto_deadline(&self) -> Option<Timestamp> {
@@ -789,6 +841,7 @@ impl StreamMux {
 
     /// Run the timers due at `now` (loss, probe, FEC flush and probes).
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.now = self.now.max(now);
         if self.sent.loss_deadline().is_some_and(|t| now >= t) {
             let settled = self.sent.on_loss_timer(now);
             self.settle(settled, now);

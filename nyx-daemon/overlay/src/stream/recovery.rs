@@ -70,6 +70,13 @@ impl Default for Rtt {
 }
 
 impl Rtt {
+    /// How long after a symbol left the peer's report of it missing means it was lost:
+    /// RFC 9002's time threshold (9/8 of the larger of the smoothed and the latest RTT)
+    /// plus 2 ms of timer granularity. Before any sample, from the initial RTT.
+    pub(super) fn repair_delay(&self) -> Duration {
+        self.smoothed.max(self.latest) * 9 / 8 + Duration::from_millis(2)
+    }
+
     fn update(&mut self, sample: Duration) {
         self.latest = sample;
         self.min = self.min.min(sample);

@@ -1,6 +1,8 @@
 //! One stream's state: its FEC sender and receiver, both flow-control windows, and how far
 //! each direction is from its end.
 
+use std::time::Duration;
+
 use nyx_core::Timestamp;
 use nyx_fec::{FecConfig, Receiver, Sender};
 
@@ -32,6 +34,9 @@ pub(super) struct Stream {
     /// The limit this side advertised.
     pub(super) advertised: u64,
     pub(super) window: u64,
+    /// How far `window` may grow, and when this side last advertised a new limit.
+    max_window: u64,
+    last_update: Option<Timestamp>,
     /// The peer's final length, once its FIN arrived.
     pub(super) peer_fin: Option<u64>,
     pub(super) reset: Option<ResetReason>,
@@ -46,7 +51,7 @@ pub(super) struct Stream {
 impl Stream {
     pub(super) fn new(
         fec: &FecConfig,
-        window: u64,
+        (window, max_window): (u64, u64),
         now: Timestamp,
     ) -> Result<Self, nyx_fec::Error> {
         Ok(Stream {
@@ -63,6 +68,8 @@ impl Stream {
             consumed: 0,
             advertised: INITIAL_STREAM_WINDOW,
             window,
+            max_window,
+            last_update: None,
             peer_fin: None,
             reset: None,
             released: false,
@@ -92,17 +99,26 @@ impl Stream {
         Ok(())
     }
 
-    /// The new limit to advertise after a read, when the reader freed half a window.
-    pub(super) fn window_update(&mut self) -> Option<u64> {
+    /// The new limit to advertise after a read at `now`, when the reader freed half a
+    /// window. Updates less than two round trips (`srtt`) apart double the window, up to
+    /// its maximum: the reader keeps up and the window is what limits.
+    pub(super) fn window_update(&mut self, now: Timestamp, srtt: Duration) -> Option<u64> {
         if self.reset.is_some() || self.peer_fin.is_some() {
             return None;
         }
-        let limit = self.consumed + self.window;
-        if limit - self.advertised >= self.window / 2 {
-            self.advertised = limit;
-            return Some(limit);
+        if self.consumed + self.window - self.advertised < self.window / 2 {
+            return None;
         }
-        None
+        if self
+            .last_update
+            .is_some_and(|at| now < at.saturating_add(srtt * 2))
+        {
+            self.window = (self.window * 2).min(self.max_window);
+        }
+        self.last_update = Some(now);
+        let limit = self.consumed + self.window;
+        self.advertised = limit;
+        Some(limit)
     }
 
     /// Whether the peer sent more than it was allowed or beyond its end.
@@ -120,5 +136,50 @@ impl Stream {
     /// read everything and know the other did.
     pub(super) fn finished(&self) -> bool {
         self.released && (self.reset.is_some() || (self.done_acked && self.peer_done))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::StreamConfig;
+
+    const MIB: u64 = 1024 * 1024;
+    const RTT: Duration = Duration::from_millis(100);
+
+    fn stream() -> Stream {
+        let fec = StreamConfig::default().fec;
+        Stream::new(&fec, (MIB, 4 * MIB), Timestamp::ZERO).unwrap()
+    }
+
+    #[test]
+    fn a_reader_that_keeps_up_grows_the_window_to_its_maximum() {
+        let mut s = stream();
+        let mut at = Timestamp::ZERO;
+        let mut windows = Vec::new();
+        for _ in 0..5 {
+            // Half a window read, 50 ms after the last update: well within two round trips.
+            s.consumed += s.window / 2;
+            at = at.saturating_add(Duration::from_millis(50));
+            let limit = s.window_update(at, RTT).unwrap();
+            assert_eq!(limit, s.consumed + s.window);
+            windows.push(s.window / MIB);
+        }
+        assert_eq!(windows, [1, 2, 4, 4, 4]);
+    }
+
+    #[test]
+    fn a_slow_reader_keeps_the_window() {
+        let mut s = stream();
+        let mut at = Timestamp::ZERO;
+        for _ in 0..5 {
+            s.consumed += s.window / 2;
+            at = at.saturating_add(Duration::from_secs(1));
+            s.window_update(at, RTT).unwrap();
+        }
+        assert_eq!(s.window, MIB);
+        // Less than half a window freed: no update at all.
+        s.consumed += 1;
+        assert_eq!(s.window_update(at, RTT), None);
     }
 }

@@ -398,6 +398,30 @@ fn lossy_run(loss: f64) -> (f64, MuxStats) {
     (overhead, s)
 }
 
+/// At real round trips a loss-free path costs no repair: a block whose last symbols are
+/// still in flight is slow, not damaged. Under Shadow (50 ms per link, a 300 ms circuit
+/// round trip) the sender answered every early report of such a block, and sent three
+/// packets per source symbol on a path that lost none; this reproduces that.
+#[test]
+fn a_loss_free_path_costs_no_repair_at_a_300_ms_round_trip() {
+    let far = LinkModel {
+        rate_per_ms: 10.0,
+        delay: Duration::from_millis(150),
+        ..LinkModel::default()
+    };
+    let mut sim = Sim::new(1, far.clone(), far, StreamConfig::default());
+    let total = 4 * 1024 * 1024;
+    let (client, exit) = transfer(&mut sim, 1, total, Duration::from_secs(120));
+    for v in exit.received.values().chain(client.received.values()) {
+        assert_eq!(*v, total);
+    }
+    for s in [sim.client(0).stats(), sim.exit(0).stats()] {
+        assert_eq!(s.lost, 0, "{s:?}");
+        assert_eq!(s.fec_requested_repair, 0, "{s:?}");
+        assert!(s.fec_overhead() < 1.02, "{s:?}");
+    }
+}
+
 #[test]
 fn streams_survive_5_percent_loss_with_little_overhead() {
     let (overhead, s) = lossy_run(0.05);
