@@ -464,33 +464,42 @@ mod tests {
     use super::*;
     use crate::packet::Request;
 
-    #[test]
-    fn a_request_for_a_block_still_in_its_first_round_is_ignored() {
+    /// A sender of one 8-symbol block of 16-byte symbols, written at `now`.
+    fn one_block(now: Timestamp) -> Sender {
         let config = FecConfig {
             symbol_size: 16,
             max_block_symbols: 8,
             ..FecConfig::default()
         };
-        let now = Timestamp::from_millis(100);
         let mut tx = Sender::new(config, now).unwrap();
         tx.write(&[7u8; 128], now).unwrap();
-        let mut out = [0u8; 64];
-        // Three of the eight source symbols leave; then an impatient request arrives.
-        for _ in 0..3 {
-            tx.poll_transmit(now, &mut out).unwrap().unwrap();
-        }
+        tx
+    }
+
+    /// Encoded feedback asking for `needed` symbols of block 0, and its length.
+    fn request(needed: u16) -> ([u8; 64], usize) {
         let fb = Feedback {
             next: 0,
             expected: 0,
             received: 0,
             runs: 0,
-            requests: vec![Request {
-                block: 0,
-                needed: NEEDED_ALL,
-            }],
+            requests: vec![Request { block: 0, needed }],
         };
         let mut bytes = [0u8; 64];
         let n = fb.write(&mut bytes).unwrap();
+        (bytes, n)
+    }
+
+    #[test]
+    fn a_request_for_a_block_still_in_its_first_round_is_ignored() {
+        let now = Timestamp::from_millis(100);
+        let mut tx = one_block(now);
+        let mut out = [0u8; 64];
+        // Three of the eight source symbols leave; then an impatient request arrives.
+        for _ in 0..3 {
+            tx.poll_transmit(now, &mut out).unwrap().unwrap();
+        }
+        let (bytes, n) = request(NEEDED_ALL);
         tx.handle_feedback(&bytes[..n], now).unwrap();
         // The block goes on with its source symbols 3..8, in order.
         for esi in 3..8 {
@@ -513,29 +522,12 @@ mod tests {
 
     #[test]
     fn a_request_sooner_than_a_round_trip_after_the_last_symbol_is_ignored() {
-        let config = FecConfig {
-            symbol_size: 16,
-            max_block_symbols: 8,
-            ..FecConfig::default()
-        };
         let t0 = Timestamp::from_millis(100);
-        let mut tx = Sender::new(config, t0).unwrap();
+        let mut tx = one_block(t0);
         tx.set_rtt(std::time::Duration::from_millis(300));
-        tx.write(&[7u8; 128], t0).unwrap();
         let mut out = [0u8; 64];
         while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
-        let fb = Feedback {
-            next: 0,
-            expected: 0,
-            received: 0,
-            runs: 0,
-            requests: vec![Request {
-                block: 0,
-                needed: 3,
-            }],
-        };
-        let mut bytes = [0u8; 64];
-        let n = fb.write(&mut bytes).unwrap();
+        let (bytes, n) = request(3);
         // 100 ms after the last symbol left, the receiver cannot have had it: in flight.
         let early = t0.saturating_add(std::time::Duration::from_millis(100));
         tx.handle_feedback(&bytes[..n], early).unwrap();
