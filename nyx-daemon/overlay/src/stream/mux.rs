@@ -457,13 +457,12 @@ impl StreamMux {
             }
             Frame::Feedback { stream, feedback } => {
                 let rtt = self.sent.rtt().repair_delay();
-                if let Some(s) = self.streams.get_mut(&stream)
-                    && s.reset.is_none()
-                    && {
-                        s.tx.set_rtt(rtt);
-                        s.tx.handle_feedback(feedback, now).is_err()
-                    }
-                {
+                let Some(s) = self.streams.get_mut(&stream) else {
+                    return;
+                };
+                // The sender judges the report against the round trip as measured now.
+                s.tx.set_rtt(rtt);
+                if s.reset.is_none() && s.tx.handle_feedback(feedback, now).is_err() {
                     self.protocol_reset(stream);
                 }
             }
