@@ -217,7 +217,7 @@ fn listed_digests(data: &Path) -> Vec<(nyx_core::NodeId, [u8; 32])> {
 
 /// A network in fast time: consensus periods of 16 s and onion keys that rotate every 40 s
 /// (32 s of overlap: a new descriptor reaches clients within two periods), run through at
-/// least three rotations of every relay without
+/// least two rotations of every relay without
 /// restarting anything. Every relay uploads each new descriptor, the authorities list it,
 /// clients fetch it, and a fetch on a fresh circuit (a new SOCKS isolation group each time)
 /// keeps working throughout.
@@ -255,8 +255,8 @@ async fn circuits_keep_working_through_onion_key_rotations_and_consensus_periods
         Default::default();
     let started = Instant::now();
     let mut fetches = 0;
-    // Three rotations take 120 s; a little more so the last new descriptors reach clients.
-    while started.elapsed() < Duration::from_secs(140) {
+    // Two rotations take 80 s; a little more so the last new descriptors reach clients.
+    while started.elapsed() < Duration::from_secs(100) {
         let (socks, url) = (socks.clone(), url.clone());
         let user = format!("rotation{fetches}:x");
         let out = tokio::task::spawn_blocking(move || {
@@ -280,11 +280,11 @@ async fn circuits_keep_working_through_onion_key_rotations_and_consensus_periods
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    // Every relay was listed with at least four descriptors: the first and three rotations.
+    // Every relay was listed with at least three descriptors: the first and two rotations.
     assert_eq!(seen.len(), 5);
     for (relay, digests) in &seen {
         assert!(
-            digests.len() >= 4,
+            digests.len() >= 3,
             "{relay}: {} descriptors listed",
             digests.len()
         );

@@ -455,6 +455,8 @@ impl std::fmt::Debug for Sender {
             .field("next_block", &self.next_block)
             .field("in_flight", &self.blocks.len())
             .field("stats", &self.stats)
+            .field("estimator", &self.estimator)
+            .field("controller", &self.controller)
             .finish_non_exhaustive()
     }
 }

@@ -370,7 +370,7 @@ impl StreamMux {
             .map(|(id, s)| {
                 format!(
                     "{id}: fin {:?} done {}/{} peer_done {} idle {} recv_done {} released {} reset {:?} tx {:?} rx {:?}\n",
-                    s.fin, s.done_queued, s.done_acked, s.peer_done, s.tx.is_idle(), s.recv_done(), s.released, s.reset, s.tx.stats(), s.rx.stats()
+                    s.fin, s.done_queued, s.done_acked, s.peer_done, s.tx.is_idle(), s.recv_done(), s.released, s.reset, s.tx, s.rx.stats()
                 )
             })
             .collect()
@@ -695,9 +695,11 @@ impl StreamMux {
             in_flight = true;
         }
         self.ping = false;
-        let ack_now = self.acks.has_pending()
-            && (in_flight
-                || self
+        // Every packet that is itself acknowledged repeats the latest ACK: no lost ACK is
+        // ever resent, and a peer whose window is full waits for exactly that ACK.
+        let ack_now = (in_flight && self.acks.has_received())
+            || (self.acks.has_pending()
+                && self
                     .acks
                     .due(now, self.config.ack_every, self.config.max_ack_delay));
         if ack_now && at + wire::ACK_LEN <= out.len() {

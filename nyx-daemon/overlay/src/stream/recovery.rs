@@ -329,6 +329,11 @@ impl AckState {
         self.pending > 0
     }
 
+    /// Whether any packet was received (there is an ACK to repeat).
+    pub(super) fn has_received(&self) -> bool {
+        self.largest.is_some()
+    }
+
     /// When an ACK becomes due by delay.
     pub(super) fn deadline(&self, max_delay: Duration) -> Option<Timestamp> {
         self.pending_since.map(|t| t.saturating_add(max_delay))
