@@ -688,6 +688,8 @@ fn check_nickname(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+mod effective;
+pub(crate) use effective::OPEN_LISTENER;
 pub mod sections;
 #[cfg(test)]
 mod tests;
