@@ -107,7 +107,7 @@ pub enum Error {
     /// Logging, tracing or metrics could not be set up, changed or shut down.
     #[error("telemetry: {what}: {reason}")]
     Telemetry {
-        /// What was being done (`log level`, `otlp`, `prometheus bind`, ...).
+        /// What was being done (`log level`, `otlp`, `prometheus local address`, ...).
         what: &'static str,
         /// Why it failed.
         reason: String,

@@ -29,6 +29,7 @@ async fn an_unreachable_collector_neither_fails_init_nor_hangs_shutdown() {
         level: "warn".to_owned(),
         format: LogFormat::Json,
         log_sensitive: true,
+        ..LogConfig::default()
     };
     assert!(!sensitive_logging());
     let t = Telemetry::init(&log, &telemetry).unwrap();

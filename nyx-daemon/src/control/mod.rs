@@ -1,7 +1,9 @@
 //! The local control API: gRPC (tonic) over a Unix domain socket that only the daemon's own
 //! user can use. One service, `nyx.control.v1.Control` (proto in `nyx-daemon/proto/`),
 //! plus the standard gRPC health (`grpc.health.v1.Health`) and reflection (v1 and v1alpha)
-//! services, so `grpcurl -plaintext -unix <socket> list` works. docs/control-api.md
+//! services, so `grpcurl -plaintext -unix <socket> list` works. Health says NOT_SERVING
+//! (for `""` and for the control service) until the node can build circuits (GetInfo's
+//! `ready`), then SERVING, and NOT_SERVING again if it no longer can. docs/control-api.md
 //! describes every call.
 //!
 //! [`serve`] runs the server for a [`DaemonState`]; [`connect`] gives a client (the `nyx`
@@ -12,6 +14,10 @@ mod uds;
 
 use std::future::Future;
 use std::sync::Arc;
+
+use tokio::sync::broadcast::error::RecvError;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
 pub use service::{ControlService, status};
 pub use uds::{ControlListener, check_peer, connect};
@@ -54,9 +60,16 @@ pub async fn serve(
         .build_v1alpha()
         .map_err(|e| fail(format!("reflection: {e}")))?;
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<pb::control_server::ControlServer<ControlService>>()
-        .await;
+    // Subscribed before the first look, so that no change is missed in between; the first
+    // status is in place before the server answers.
+    let events = state.node.subscribe();
+    let reported = report_readiness(&health_reporter, &state, None).await;
+    let readiness = tokio::spawn(follow_readiness(
+        health_reporter,
+        state.clone(),
+        events,
+        reported,
+    ));
     let control = pb::control_server::ControlServer::new(ControlService::new(state))
         .max_decoding_message_size(16 << 20);
     let incoming = listener.incoming()?;
@@ -67,10 +80,48 @@ pub async fn serve(
         .add_service(control)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
+    readiness.abort();
     let path = listener.path().to_owned();
     drop(listener); // removes the socket file
     result.map_err(|e| Error::Control {
         path,
         reason: e.to_string(),
     })
+}
+
+/// Set the health status of the server (`""`) and of the control service from
+/// [`DaemonState::ready_for_circuits`] when it differs from `reported`; the status now.
+async fn report_readiness(
+    reporter: &HealthReporter,
+    state: &DaemonState,
+    reported: Option<ServingStatus>,
+) -> Option<ServingStatus> {
+    let status = match state.ready_for_circuits() {
+        true => ServingStatus::Serving,
+        false => ServingStatus::NotServing,
+    };
+    if reported != Some(status) {
+        for service in ["", SERVICE_NAME] {
+            reporter.set_service_status(service, status).await;
+        }
+    }
+    Some(status)
+}
+
+/// [`report_readiness`] after every directory change, until the node stops.
+async fn follow_readiness(
+    reporter: HealthReporter,
+    state: Arc<DaemonState>,
+    mut events: tokio::sync::broadcast::Receiver<nyx_node::NodeEvent>,
+    mut reported: Option<ServingStatus>,
+) {
+    loop {
+        match events.recv().await {
+            Ok(nyx_node::NodeEvent::DirectoryChanged { .. }) | Err(RecvError::Lagged(_)) => {
+                reported = report_readiness(&reporter, &state, reported).await;
+            }
+            Ok(_) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
 }

@@ -112,9 +112,6 @@ impl Control for ControlService {
         let config = s.config();
         let directory = s.directory();
         let relays = directory.len();
-        // Paths need three relays other than this node.
-        let me = s.node.node_id();
-        let others = directory.iter().filter(|d| d.node_id() != me).count();
         let e = &s.endpoints;
         Ok(Response::new(pb::NodeInfo {
             node_id: s.node.node_id().to_string(),
@@ -137,7 +134,7 @@ impl Control for ControlService {
             own_circuits: u32::try_from(stats.own_circuits).unwrap_or(u32::MAX),
             relay_circuits: u32::try_from(stats.relay_circuits).unwrap_or(u32::MAX),
             streams: u32::try_from(s.streams.open_count()).unwrap_or(u32::MAX),
-            ready: others >= 3,
+            ready: s.ready_for_circuits(),
             exit_policy: config
                 .exit_policy()
                 .map(|p| p.to_string())

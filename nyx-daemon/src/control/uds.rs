@@ -75,6 +75,7 @@ impl ControlListener {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
+        Self::check(path)?;
         if !parent.exists() {
             fs::DirBuilder::new()
                 .recursive(true)
@@ -82,25 +83,7 @@ impl ControlListener {
                 .create(parent)
                 .map_err(|e| fail(format!("cannot create {}: {e}", parent.display())))?;
         }
-        let dir_mode = fs::metadata(parent)
-            .map_err(|e| fail(format!("{}: {e}", parent.display())))?
-            .permissions()
-            .mode();
-        if dir_mode & 0o077 != 0 {
-            return Err(fail(format!(
-                "its directory {} has mode {:o}; other users could reach the socket \
-                 (use a directory of mode 0700)",
-                parent.display(),
-                dir_mode & 0o777
-            )));
-        }
-        if let Ok(meta) = fs::symlink_metadata(path) {
-            if !meta.file_type().is_socket() {
-                return Err(fail("exists and is not a socket".into()));
-            }
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(fail("another daemon is already listening on it".into()));
-            }
+        if fs::symlink_metadata(path).is_ok() {
             fs::remove_file(path).map_err(|e| fail(format!("cannot remove stale socket: {e}")))?;
         }
         let listener = UnixListener::bind(path).map_err(|e| fail(e.to_string()))?;
@@ -112,6 +95,47 @@ impl ControlListener {
             path: path.to_owned(),
             owner: Some(owner),
         })
+    }
+
+    /// Whether [`bind`](Self::bind) could bind `path` now, changing nothing: an existing
+    /// directory must not be open to other users, an existing file must be a socket that
+    /// no daemon answers on, an abstract name must be free. (A missing directory is
+    /// fine: `bind` creates it.)
+    pub fn check(path: &Path) -> Result<(), Error> {
+        let fail = |reason: String| Error::Control {
+            path: path.to_owned(),
+            reason,
+        };
+        if let Some(name) = abstract_name(path) {
+            return abstract_addr(name)
+                .and_then(|addr| std::os::unix::net::UnixListener::bind_addr(&addr))
+                .map(drop)
+                .map_err(|e| fail(e.to_string()));
+        }
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if let Ok(meta) = fs::metadata(parent) {
+            let dir_mode = meta.permissions().mode();
+            if dir_mode & 0o077 != 0 {
+                return Err(fail(format!(
+                    "its directory {} has mode {:o}; other users could reach the socket \
+                     (use a directory of mode 0700)",
+                    parent.display(),
+                    dir_mode & 0o777
+                )));
+            }
+        }
+        if let Ok(meta) = fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                return Err(fail("exists and is not a socket".into()));
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(fail("another daemon is already listening on it".into()));
+            }
+        }
+        Ok(())
     }
 
     /// The socket's path.
@@ -246,6 +270,8 @@ mod tests {
         assert!(!path.exists(), "no file for an abstract name");
         let err = ControlListener::bind(&path).unwrap_err().to_string();
         assert!(err.contains("in use"), "{err}");
+        let err = ControlListener::check(&path).unwrap_err().to_string();
+        assert!(err.contains("in use"), "check finds it taken: {err}");
         let mut incoming = Box::pin(listener.incoming().unwrap());
         let _client = dial(&path).await.unwrap();
         let accepted = tokio::time::timeout(std::time::Duration::from_secs(5), incoming.next())
@@ -254,6 +280,7 @@ mod tests {
         assert!(matches!(accepted, Some(Ok(_))), "own user accepted");
         drop(incoming);
         drop(listener);
+        assert!(ControlListener::check(&path).is_ok());
         assert!(
             ControlListener::bind(&path).is_ok(),
             "the name is free again"
@@ -265,6 +292,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nyx-uds-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let path = dir.join("sub/control.sock");
+        // A check creates nothing.
+        ControlListener::check(&path).unwrap();
+        assert!(!dir.exists());
         let first = ControlListener::bind(&path).unwrap();
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o600);
@@ -272,9 +302,13 @@ mod tests {
         // A live daemon on the socket is detected.
         let err = ControlListener::bind(&path).unwrap_err().to_string();
         assert!(err.contains("already listening"), "{err}");
+        let err = ControlListener::check(&path).unwrap_err().to_string();
+        assert!(err.contains("already listening"), "{err}");
         drop(first);
-        // A stale file (left by a crash: nothing listens) is replaced.
+        // A stale file (left by a crash: nothing listens) is replaced, and a check leaves
+        // it.
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        ControlListener::check(&path).unwrap();
         assert!(path.exists());
         let second = ControlListener::bind(&path).unwrap();
         drop(second);
@@ -286,6 +320,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("mode 755"), "{err}");
+        let err = ControlListener::check(&open.join("c.sock")).unwrap_err();
+        assert!(err.to_string().contains("mode 755"), "{err}");
         // Dropping removes the file.
         let other = dir.join("sub/other.sock");
         let l = ControlListener::bind(&other).unwrap();

@@ -2,12 +2,15 @@
 //! `nyx daemon` (what `nyx testnet` starts) are the same program.
 //!
 //! Exit codes: 0 after a graceful stop, 2 for a configuration error, 1 for any other
-//! failure.
+//! failure (`--check-config` too, when a listener cannot bind). What is printed on stdout
+//! for a reader that went away (a closed pipe) is dropped quietly.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use super::config::OPEN_LISTENER;
 use super::{Daemon, DaemonConfig, LogControl, READY_PREFIX};
 use crate::telemetry::Telemetry;
 
@@ -23,7 +26,8 @@ pub struct DaemonArgs {
     /// Log filter, e.g. `debug` or `nyx_daemon=debug,info` (overrides `log.level`).
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
-    /// Check the configuration, print it with defaults filled in, and exit.
+    /// Check the configuration and that its listeners can bind now, print it with every
+    /// default filled in (data directory and control socket too), and exit.
     #[arg(long)]
     pub check_config: bool,
     /// Print this node's `directory.authorities` line (identity key, listen address, link
@@ -38,22 +42,18 @@ pub fn main(args: DaemonArgs) -> ExitCode {
     let config = match load_config(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("nyx-daemon: {e}");
+            complain(e);
             return ExitCode::from(2);
         }
     };
     if args.check_config {
-        print!("{}", config.to_toml());
-        return ExitCode::SUCCESS;
+        return check_config(&config);
     }
     if args.authority_line {
         return match authority_line(&config) {
-            Ok(line) => {
-                println!("{line}");
-                ExitCode::SUCCESS
-            }
+            Ok(line) => print_stdout(&format!("{line}\n")),
             Err(e) => {
-                eprintln!("nyx-daemon: {e}");
+                complain(e);
                 ExitCode::from(2)
             }
         };
@@ -65,17 +65,58 @@ pub fn main(args: DaemonArgs) -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("nyx-daemon: cannot start the runtime: {e}");
+            complain(format_args!("cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(run(config, args.config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nyx-daemon: {e}");
+            complain(e);
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--check-config`: warn of listeners beyond loopback, try every listener, print the
+/// effective configuration. Exit 1 when a listener cannot bind (the start would fail).
+fn check_config(config: &DaemonConfig) -> ExitCode {
+    for (key, addr) in config.exposed_listeners() {
+        complain(format_args!("warning: {key} = {addr}: {OPEN_LISTENER}"));
+    }
+    let problems = super::check::check_listeners(config);
+    for problem in &problems {
+        complain(problem);
+    }
+    let shown = match config.effective() {
+        Ok(effective) => print_stdout(&effective.to_toml()),
+        Err(e) => {
+            complain(e);
+            return ExitCode::FAILURE;
+        }
+    };
+    match problems.is_empty() {
+        true => shown,
+        false => ExitCode::FAILURE,
+    }
+}
+
+/// Print `text` on stdout: success, also when the reader went away (a closed pipe: it has
+/// what it wanted); failure for any other error.
+fn print_stdout(text: &str) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            complain(format_args!("cannot write to stdout: {e}"));
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+/// `nyx-daemon: <message>` on stderr; dropped if stderr is closed.
+fn complain(message: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr(), "nyx-daemon: {message}");
 }
 
 /// This node's `directory.authorities` line, its keys created if they do not exist yet.
@@ -99,10 +140,7 @@ fn authority_line(config: &DaemonConfig) -> Result<String, crate::Error> {
             "{addr}: an authority's line needs the address others reach it at, with a fixed port"
         )));
     }
-    let data_dir = match &config.data_dir {
-        Some(dir) => dir.clone(),
-        None => super::files::default_data_dir()?,
-    };
+    let data_dir = config.effective_data_dir()?;
     super::files::prepare_data_dir(&data_dir)?;
     let (keys, _) = super::files::load_or_create_keys(
         &data_dir,
@@ -163,7 +201,11 @@ async fn run(config: DaemonConfig, path: Option<PathBuf>) -> Result<(), crate::E
             });
         }
         let ready = serde_json::to_string(daemon.ready()).unwrap_or_default();
-        println!("{READY_PREFIX}{ready}");
+        // Whoever started the daemon may have stopped reading: it runs on regardless.
+        let mut out = std::io::stdout();
+        if let Err(e) = writeln!(out, "{READY_PREFIX}{ready}").and_then(|()| out.flush()) {
+            tracing::warn!(error = %e, "cannot print the ready line");
+        }
         daemon.wait().await
     }
     .await;
@@ -174,10 +216,10 @@ async fn run(config: DaemonConfig, path: Option<PathBuf>) -> Result<(), crate::E
         Ok(t) => {
             let flushed = tokio::task::spawn_blocking(move || t.shutdown()).await;
             if let Ok(Err(e)) = flushed {
-                eprintln!("nyx-daemon: {e}");
+                complain(e);
             }
         }
-        Err(_) => eprintln!("nyx-daemon: telemetry still in use at exit; not flushed"),
+        Err(_) => complain("telemetry still in use at exit; not flushed"),
     }
     result
 }

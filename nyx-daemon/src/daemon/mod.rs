@@ -6,6 +6,7 @@
 //! What it is not for: the network itself (that is [`nyx_node`]), or choosing the tokio
 //! runtime and installing the global tracing subscriber (the binary does both).
 
+mod check;
 pub mod cli;
 pub mod config;
 pub mod dir;

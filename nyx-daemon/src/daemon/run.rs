@@ -91,10 +91,7 @@ impl Daemon {
         config_path: Option<PathBuf>,
         log_control: Option<LogControl>,
     ) -> Result<Self, Error> {
-        let data_dir = match &config.data_dir {
-            Some(dir) => dir.clone(),
-            None => files::default_data_dir()?,
-        };
+        let data_dir = config.effective_data_dir()?;
         files::prepare_data_dir(&data_dir)?;
         let now = unix_now();
         let relay = config.relay.enabled;
@@ -121,11 +118,7 @@ impl Daemon {
         };
         let trusted = config.trusted(&data_dir, now, None)?;
         let directory = trusted.directory;
-        let control_path = config
-            .control
-            .socket
-            .clone()
-            .unwrap_or_else(|| data_dir.join(files::CONTROL_SOCKET));
+        let control_path = config.effective_control_socket(&data_dir);
         // Bind every local listener before starting anything, so a port in use fails the
         // start cleanly.
         let signals = Signals::install(&control_path)?;
@@ -150,6 +143,9 @@ impl Daemon {
             ),
             None => None,
         };
+        for (key, addr) in config.exposed_listeners() {
+            tracing::warn!(key, %addr, "{}", super::config::OPEN_LISTENER);
+        }
         let endpoints = Endpoints {
             listen,
             socks: socks_listener.as_ref().and_then(|l| l.local_addr().ok()),

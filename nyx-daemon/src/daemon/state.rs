@@ -162,6 +162,17 @@ impl DaemonState {
         lock(&self.directory).clone()
     }
 
+    /// Whether circuits can be built: the directory holds at least three relays other than
+    /// this node (GetInfo's `ready`; the gRPC health status follows it).
+    pub fn ready_for_circuits(&self) -> bool {
+        let me = self.node.node_id();
+        let others = lock(&self.directory)
+            .iter()
+            .filter(|d| d.node_id() != me)
+            .count();
+        others >= 3
+    }
+
     /// The log filter in force.
     pub fn log_level(&self) -> String {
         lock(&self.log_level).clone()

@@ -5,9 +5,16 @@ use tracing_subscriber::EnvFilter;
 
 const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
+/// The HTTP/2 and gRPC machinery under the control API and the OTLP exporter: at `debug`
+/// they log every frame of every call, so a bare `debug` keeps them at `info`; `trace`, or
+/// a directive that names one of them, lets them through.
+const QUIET_AT_DEBUG: [&str; 5] = ["h2", "hyper", "hyper_util", "tonic", "tower"];
+
 /// Parse log filter directives: a level, or comma-separated `target=level` items whose
 /// targets are module paths (the subset of `RUST_LOG` syntax the daemon supports; spaces
-/// around items and `=` are allowed). The error says which item is wrong and why.
+/// around items and `=` are allowed). The error says which item is wrong and why. A bare
+/// `debug` leaves the HTTP/2 and gRPC crates (`h2`, `hyper`, `hyper_util`, `tonic`,
+/// `tower`) at `info` unless a directive names them.
 ///
 /// ```
 /// use nyx_daemon::telemetry::parse_log_filter;
@@ -45,6 +52,19 @@ pub fn parse_log_filter(directives: &str) -> Result<EnvFilter, String> {
             Some(t) => format!("{t}={level}"),
             None => level.to_owned(),
         });
+    }
+    let named = |quiet: &str| {
+        normalized
+            .iter()
+            .any(|d| d.split_once('=').is_some_and(|(t, _)| t == quiet))
+    };
+    if normalized.iter().any(|d| d.eq_ignore_ascii_case("debug")) {
+        let quieted: Vec<String> = QUIET_AT_DEBUG
+            .iter()
+            .filter(|quiet| !named(quiet))
+            .map(|quiet| format!("{quiet}=info"))
+            .collect();
+        normalized.extend(quieted);
     }
     EnvFilter::builder()
         .parse(normalized.join(","))

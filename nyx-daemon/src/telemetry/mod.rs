@@ -4,9 +4,10 @@
 //!
 //! * [`Telemetry::init`] installs the process's `tracing` subscriber: an `EnvFilter` that
 //!   [`Telemetry::set_log_level`] can change while the daemon runs, human-readable or JSON
-//!   lines on stderr, and, when `telemetry.otlp_endpoint` is set, spans and metrics exported
-//!   to an OpenTelemetry collector over OTLP/gRPC. It also sets the
-//!   [`nyx_core::redact`] switch from `log.log_sensitive`.
+//!   lines on stderr (timestamps to the second unless `log.timestamps` asks for more),
+//!   and, when `telemetry.otlp_endpoint` is set, spans and metrics exported to an
+//!   OpenTelemetry collector over OTLP/gRPC. It also sets the [`nyx_core::redact`] switch
+//!   from `log.log_sensitive`.
 //! * [`metrics`]: [`MetricsSnapshot`] and its Prometheus text rendering;
 //!   [`MetricsRecorder`] hands snapshots to the OTLP exporter.
 //! * [`prometheus`]: a small HTTP server for `GET /metrics`.
@@ -21,6 +22,7 @@
 
 mod families;
 mod log_filter;
+mod log_time;
 pub mod metrics;
 mod otel;
 pub mod prometheus;
@@ -115,13 +117,16 @@ impl Telemetry {
     ) -> Result<(Dispatch, Telemetry), Error> {
         let (filter_layer, filter) = reload::Layer::new(parse_filter(&log.level)?);
         let mut layers: Vec<BoxedLayer> = Vec::with_capacity(2);
+        let clock = log_time::LogClock(log.timestamps);
         layers.push(match log.format {
             LogFormat::Json => tracing_subscriber::fmt::layer()
                 .json()
+                .with_timer(clock)
                 .with_writer(writer)
                 .boxed(),
             LogFormat::Text => tracing_subscriber::fmt::layer()
                 .with_ansi(ansi)
+                .with_timer(clock)
                 .with_writer(writer)
                 .boxed(),
         });

@@ -107,9 +107,10 @@ impl PrometheusServer {
     ) -> Result<Self, Error> {
         let listener = TcpListener::bind(addr)
             .await
-            .map_err(|e| Error::Telemetry {
-                what: "prometheus bind",
-                reason: format!("{addr}: {e}"),
+            .map_err(|source| Error::Listen {
+                what: "Prometheus metrics",
+                addr,
+                source,
             })?;
         Ok(PrometheusServer {
             listener,
@@ -121,7 +122,7 @@ impl PrometheusServer {
     /// The address it listens on (to find the port after binding port 0).
     pub fn local_addr(&self) -> Result<SocketAddr, Error> {
         self.listener.local_addr().map_err(|e| Error::Telemetry {
-            what: "prometheus bind",
+            what: "prometheus local address",
             reason: e.to_string(),
         })
     }

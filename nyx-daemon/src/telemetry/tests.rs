@@ -29,11 +29,14 @@ impl Capture {
 }
 
 fn logs(level: &str, format: LogFormat) -> (Dispatch, Telemetry, Capture) {
-    let log = LogConfig {
+    logs_with(LogConfig {
         level: level.to_owned(),
         format,
-        log_sensitive: false,
-    };
+        ..LogConfig::default()
+    })
+}
+
+fn logs_with(log: LogConfig) -> (Dispatch, Telemetry, Capture) {
     let capture = Capture::default();
     let writer = capture.clone();
     let (dispatch, t) = Telemetry::build_with_writer(
@@ -167,6 +170,91 @@ fn text_format_is_plain_lines() {
         !text.contains('\x1b'),
         "no colours when asked for none: {text:?}"
     );
+}
+
+/// `2026-11-22T01:35:01Z` by default, `2026-11-22T01:35:01.103343Z` when asked; the same
+/// timer stamps JSON lines.
+#[test]
+fn timestamps_are_whole_seconds_unless_micros_are_asked_for() {
+    use crate::daemon::config::LogTimestamps;
+    // YYYY-MM-DDTHH:MM:SS, then `Z` or a fraction of `digits` digits and `Z`.
+    let stamped = |text: &str, digits: usize| {
+        let (date, rest) = text.split_at(19);
+        let shape = date.char_indices().all(|(i, c)| match i {
+            4 | 7 => c == '-',
+            10 => c == 'T',
+            13 | 16 => c == ':',
+            _ => c.is_ascii_digit(),
+        });
+        let fraction = match digits {
+            0 => rest.starts_with('Z'),
+            n => {
+                rest.starts_with('.')
+                    && rest[1..=n].chars().all(|c| c.is_ascii_digit())
+                    && rest[n + 1..].starts_with('Z')
+            }
+        };
+        shape && fraction
+    };
+    for (timestamps, digits) in [(LogTimestamps::Seconds, 0), (LogTimestamps::Micros, 6)] {
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let (dispatch, _t, out) = logs_with(LogConfig {
+                timestamps,
+                format,
+                ..LogConfig::default()
+            });
+            tracing::dispatcher::with_default(&dispatch, || tracing::info!("stamped"));
+            let text = out.take();
+            let time = match format {
+                LogFormat::Text => text.as_str(),
+                LogFormat::Json => text
+                    .split_once("\"timestamp\":\"")
+                    .map(|(_, t)| t)
+                    .unwrap_or_default(),
+            };
+            assert!(stamped(time, digits), "{timestamps:?} {format:?}: {text}");
+        }
+    }
+}
+
+/// A bare `debug` leaves out the HTTP/2 and gRPC crates' per-frame events; `trace`, or a
+/// directive that names the crate, lets them through. Their warnings always pass.
+#[test]
+fn http2_and_grpc_frames_only_at_trace() {
+    let frames = || {
+        tracing::debug!(target: "h2::codec::framed_write", "send frame");
+        tracing::debug!(target: "tonic::transport::server", "tonic call");
+        tracing::debug!(target: "hyper_util::client", "hyper pool");
+        tracing::debug!(target: "tower::buffer::worker", "tower poll");
+        tracing::warn!(target: "h2::proto", "h2 warning");
+        tracing::debug!(target: "nyx_daemon::control", "own debug");
+    };
+    let run = |level: &str| {
+        let (dispatch, _t, out) = logs(level, LogFormat::Text);
+        tracing::dispatcher::with_default(&dispatch, frames);
+        out.take()
+    };
+    let debug = run("debug");
+    assert!(
+        debug.contains("own debug") && debug.contains("h2 warning"),
+        "{debug}"
+    );
+    for quiet in ["send frame", "tonic call", "hyper pool", "tower poll"] {
+        assert!(!debug.contains(quiet), "{quiet} at debug: {debug}");
+    }
+    let trace = run("trace");
+    for loud in [
+        "send frame",
+        "tonic call",
+        "hyper pool",
+        "tower poll",
+        "own debug",
+    ] {
+        assert!(trace.contains(loud), "{loud} missing at trace: {trace}");
+    }
+    let named = run("debug,h2=debug");
+    assert!(named.contains("send frame"), "{named}");
+    assert!(!named.contains("tonic call"), "{named}");
 }
 
 /// The switch is off in this test binary (only `Telemetry::init` turns it on, and no unit

@@ -29,13 +29,10 @@ pub(crate) struct DaemonProcess {
 }
 
 impl DaemonProcess {
-    /// Start `cmd` and wait (at most 60 s) for its ready line.
+    /// Start `cmd` and wait (at most 60 s) for its ready line. Its stderr goes where `cmd`
+    /// says (the test's own by default).
     pub(crate) fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {

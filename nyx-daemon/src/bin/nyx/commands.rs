@@ -1,5 +1,6 @@
 //! Each subcommand as a control-API call, its answer printed as text or JSON.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -20,24 +21,38 @@ pub(crate) enum Failure {
     Call(String),
     /// Bad arguments.
     Usage(String),
+    /// Stdout cannot be written.
+    Output(std::io::Error),
 }
 
 impl Failure {
     fn exit(self) -> ExitCode {
         match self {
             Failure::NotRunning(m) => {
-                eprintln!("nyx: {m}");
+                note!("nyx: {m}");
                 ExitCode::from(3)
             }
             Failure::Call(m) => {
-                eprintln!("nyx: {m}");
+                note!("nyx: {m}");
                 ExitCode::FAILURE
             }
             Failure::Usage(m) => {
-                eprintln!("nyx: {m}");
+                note!("nyx: {m}");
                 ExitCode::from(2)
             }
+            // The reader went away (`nyx metrics | head`): it has what it wanted.
+            Failure::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Failure::Output(e) => {
+                note!("nyx: cannot write the output: {e}");
+                ExitCode::FAILURE
+            }
         }
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Output(e)
     }
 }
 
@@ -81,21 +96,22 @@ async fn client(path: Option<PathBuf>) -> Result<ControlClient<Channel>, Failure
 }
 
 async fn call(mut c: ControlClient<Channel>, command: Command, json: bool) -> Result<(), Failure> {
+    let mut out = std::io::stdout();
     match command {
         Command::Status => {
             let info = c.get_info(pb::GetInfoRequest {}).await?.into_inner();
-            output::status(&info, json);
+            output::status(&mut out, &info, json)?;
         }
         Command::Peers => {
             let r = c.list_peers(pb::ListPeersRequest {}).await?.into_inner();
-            output::peers(&r, json);
+            output::peers(&mut out, &r, json)?;
         }
         Command::Circuits => {
             let r = c
                 .list_circuits(pb::ListCircuitsRequest {})
                 .await?
                 .into_inner();
-            output::circuits(&r, json);
+            output::circuits(&mut out, &r, json)?;
         }
         Command::Circuit {
             action: CircuitAction::Build { target },
@@ -106,13 +122,13 @@ async fn call(mut c: ControlClient<Channel>, command: Command, json: bool) -> Re
                 })
                 .await?
                 .into_inner();
-            output::circuit_built(&r, json);
+            output::circuit_built(&mut out, &r, json)?;
         }
         Command::Circuit {
             action: CircuitAction::Close { id },
         } => {
             c.close_circuit(pb::CloseCircuitRequest { id }).await?;
-            output::done(&format!("circuit {id} closed"), json);
+            output::done(&mut out, &format!("circuit {id} closed"), json)?;
         }
         Command::Streams => {
             let r = c
@@ -123,13 +139,13 @@ async fn call(mut c: ControlClient<Channel>, command: Command, json: bool) -> Re
                 .get_stream_stats(pb::GetStreamStatsRequest {})
                 .await?
                 .into_inner();
-            output::streams(&r, &stats, json);
+            output::streams(&mut out, &r, &stats, json)?;
         }
         Command::Stream {
             action: StreamAction::Close { id },
         } => {
             c.close_stream(pb::CloseStreamRequest { id }).await?;
-            output::done(&format!("stream {id} closed"), json);
+            output::done(&mut out, &format!("stream {id} closed"), json)?;
         }
         Command::Events => {
             let mut events = c
@@ -137,18 +153,18 @@ async fn call(mut c: ControlClient<Channel>, command: Command, json: bool) -> Re
                 .await?
                 .into_inner();
             while let Some(event) = events.message().await? {
-                output::event(&event, json);
+                output::event(&mut out, &event, json)?;
             }
         }
         Command::Metrics => {
             let r = c.get_metrics(pb::GetMetricsRequest {}).await?.into_inner();
-            output::metrics(&r, json);
+            output::metrics(&mut out, &r, json)?;
         }
         Command::Config {
             action: ConfigAction::Show,
         } => {
             let r = c.get_config(pb::GetConfigRequest {}).await?.into_inner();
-            output::config(&r, json);
+            output::config(&mut out, &r, json)?;
         }
         Command::Config {
             action: ConfigAction::Reload,
@@ -157,7 +173,7 @@ async fn call(mut c: ControlClient<Channel>, command: Command, json: bool) -> Re
                 .reload_config(pb::ReloadConfigRequest {})
                 .await?
                 .into_inner();
-            output::reloaded(&r, json);
+            output::reloaded(&mut out, &r, json)?;
         }
         Command::LogLevel { level } => {
             let r = c
@@ -166,11 +182,15 @@ async fn call(mut c: ControlClient<Channel>, command: Command, json: bool) -> Re
                 })
                 .await?
                 .into_inner();
-            output::done(&format!("log level {level} (was {})", r.previous), json);
+            output::done(
+                &mut out,
+                &format!("log level {level} (was {})", r.previous),
+                json,
+            )?;
         }
         Command::Shutdown => {
             c.shutdown(pb::ShutdownRequest {}).await?;
-            output::done("the daemon is stopping", json);
+            output::done(&mut out, "the daemon is stopping", json)?;
         }
         Command::Connect { target, isolation } => connect(c, target, isolation).await?,
         Command::Testnet(_) | Command::Daemon(_) => {
@@ -179,6 +199,7 @@ async fn call(mut c: ControlClient<Channel>, command: Command, json: bool) -> Re
             ));
         }
     }
+    out.flush()?;
     Ok(())
 }
 
@@ -207,7 +228,7 @@ async fn connect(
             msg: Some(pb::stream_response::Msg::Opened(opened)),
         }) => {
             let path: Vec<&str> = opened.hops.iter().map(|h| h.nickname.as_str()).collect();
-            eprintln!(
+            note!(
                 "nyx: connected to {target} (stream {}, via {})",
                 opened.stream_id,
                 path.join(" > ")
@@ -236,14 +257,8 @@ async fn connect(
     let result = async {
         while let Some(msg) = responses.message().await? {
             if let Some(pb::stream_response::Msg::Data(data)) = msg.msg {
-                stdout
-                    .write_all(&data)
-                    .await
-                    .map_err(|e| Failure::Call(format!("stdout: {e}")))?;
-                stdout
-                    .flush()
-                    .await
-                    .map_err(|e| Failure::Call(format!("stdout: {e}")))?;
+                stdout.write_all(&data).await?;
+                stdout.flush().await?;
             }
         }
         Ok::<(), Failure>(())

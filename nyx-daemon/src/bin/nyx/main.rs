@@ -2,7 +2,17 @@
 //! `nyx testnet`, which runs a local network of daemons.
 //!
 //! Human output by default, `--json` for scripts. Exit codes: 0 success, 1 the call failed,
-//! 2 usage errors, 3 the daemon is not running.
+//! 2 usage errors, 3 the daemon is not running. A reader that goes away (`nyx metrics |
+//! head -1`) ends the command quietly with 0, as its output was written as far as anyone
+//! reads it.
+
+/// `eprintln!` that cannot panic: a message for a closed stderr is dropped.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 mod commands;
 mod output;
@@ -123,7 +133,7 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("nyx: cannot start the runtime: {e}");
+            note!("nyx: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };

@@ -1,15 +1,16 @@
-//! Printing answers: aligned text for people, one JSON document for scripts.
+//! Printing answers: aligned text for people, one JSON document for scripts. Every function
+//! writes to `out` and returns the write's error, so that a reader that went away (a closed
+//! pipe) ends the command instead of a panic.
 
+use std::io::{self, Write};
 use std::time::Duration;
 
 use nyx_daemon::control::pb;
 use serde::Serialize;
 
-fn json<T: Serialize>(value: &T) {
-    match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
-        Err(e) => eprintln!("nyx: cannot print JSON: {e}"),
-    }
+fn json<T: Serialize>(out: &mut impl Write, value: &T) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)
 }
 
 /// `1h02m`, `3m12s`, `4.2s`.
@@ -42,9 +43,9 @@ fn path(hops: &[pb::Hop]) -> String {
         .join(" > ")
 }
 
-pub(crate) fn status(info: &pb::NodeInfo, as_json: bool) {
+pub(crate) fn status(out: &mut impl Write, info: &pb::NodeInfo, as_json: bool) -> io::Result<()> {
     if as_json {
-        return json(info);
+        return json(out, info);
     }
     let or_off = |s: &str| {
         if s.is_empty() {
@@ -53,19 +54,21 @@ pub(crate) fn status(info: &pb::NodeInfo, as_json: bool) {
             s.to_owned()
         }
     };
-    println!("node       {} ({})", info.node_id, info.nickname);
-    println!(
+    writeln!(out, "node       {} ({})", info.node_id, info.nickname)?;
+    writeln!(
+        out,
         "daemon     nyx-daemon {}, pid {}, up {}",
         info.version,
         info.pid,
         age(info.uptime_ms)
-    );
-    println!("listen     {} {}", info.transport, info.listen_addr);
-    println!("socks5     {}", or_off(&info.socks_addr));
-    println!("control    {}", info.control_socket);
-    println!("metrics    {}", or_off(&info.prometheus_addr));
-    println!("data dir   {}", info.data_dir);
-    println!(
+    )?;
+    writeln!(out, "listen     {} {}", info.transport, info.listen_addr)?;
+    writeln!(out, "socks5     {}", or_off(&info.socks_addr))?;
+    writeln!(out, "control    {}", info.control_socket)?;
+    writeln!(out, "metrics    {}", or_off(&info.prometheus_addr))?;
+    writeln!(out, "data dir   {}", info.data_dir)?;
+    writeln!(
+        out,
         "directory  {} relays{}",
         info.relays,
         if info.ready {
@@ -73,75 +76,103 @@ pub(crate) fn status(info: &pb::NodeInfo, as_json: bool) {
         } else {
             " (not enough for circuits)"
         }
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "now        {} peers, {} own circuits, {} relayed circuits, {} streams",
         info.peers, info.own_circuits, info.relay_circuits, info.streams
-    );
-    println!("exit       {}", info.exit_policy);
+    )?;
+    writeln!(out, "exit       {}", info.exit_policy)?;
+    Ok(())
 }
 
-pub(crate) fn peers(r: &pb::ListPeersResponse, as_json: bool) {
+pub(crate) fn peers(
+    out: &mut impl Write,
+    r: &pb::ListPeersResponse,
+    as_json: bool,
+) -> io::Result<()> {
     if as_json {
-        return json(r);
+        return json(out, r);
     }
     if r.peers.is_empty() {
-        return println!("no peers");
+        return writeln!(out, "no peers");
     }
-    println!("{:<66} {:<16} {:<7} UP", "NODE", "NICKNAME", "KIND");
+    writeln!(out, "{:<66} {:<16} {:<7} UP", "NODE", "NICKNAME", "KIND")?;
     for p in &r.peers {
         let kind = if p.relay { "relay" } else { "client" };
-        println!(
+        writeln!(
+            out,
             "{:<66} {:<16} {:<7} {}",
             p.node_id,
             p.nickname,
             kind,
             age(p.up_ms)
-        );
+        )?;
     }
+    Ok(())
 }
 
-pub(crate) fn circuits(r: &pb::ListCircuitsResponse, as_json: bool) {
+pub(crate) fn circuits(
+    out: &mut impl Write,
+    r: &pb::ListCircuitsResponse,
+    as_json: bool,
+) -> io::Result<()> {
     if as_json {
-        return json(r);
+        return json(out, r);
     }
     if r.circuits.is_empty() {
-        return println!("no circuits");
+        return writeln!(out, "no circuits");
     }
-    println!("{:<8} {:<9} PATH", "ID", "AGE");
+    writeln!(out, "{:<8} {:<9} PATH", "ID", "AGE")?;
     for c in &r.circuits {
-        println!("{:<8} {:<9} {}", c.id, age(c.age_ms), path(&c.hops));
+        writeln!(out, "{:<8} {:<9} {}", c.id, age(c.age_ms), path(&c.hops))?;
     }
+    Ok(())
 }
 
-pub(crate) fn circuit_built(c: &pb::Circuit, as_json: bool) {
+pub(crate) fn circuit_built(
+    out: &mut impl Write,
+    c: &pb::Circuit,
+    as_json: bool,
+) -> io::Result<()> {
     if as_json {
-        return json(c);
+        return json(out, c);
     }
-    println!("circuit {} built: {}", c.id, path(&c.hops));
+    writeln!(out, "circuit {} built: {}", c.id, path(&c.hops))?;
+    Ok(())
 }
 
-pub(crate) fn streams(r: &pb::ListStreamsResponse, stats: &pb::StreamStats, as_json: bool) {
+pub(crate) fn streams(
+    out: &mut impl Write,
+    r: &pb::ListStreamsResponse,
+    stats: &pb::StreamStats,
+    as_json: bool,
+) -> io::Result<()> {
     if as_json {
         #[derive(Serialize)]
         struct Both<'a> {
             streams: &'a [pb::StreamInfo],
             stats: &'a pb::StreamStats,
         }
-        return json(&Both {
-            streams: &r.streams,
-            stats,
-        });
+        return json(
+            out,
+            &Both {
+                streams: &r.streams,
+                stats,
+            },
+        );
     }
     if r.streams.is_empty() {
-        println!("no streams");
+        writeln!(out, "no streams")?;
     } else {
-        println!(
+        writeln!(
+            out,
             "{:<6} {:<8} {:<9} {:>12} {:>12}  TARGET / PATH",
             "ID", "SOURCE", "AGE", "SENT", "RECEIVED"
-        );
+        )?;
         for s in &r.streams {
-            println!(
+            writeln!(
+                out,
                 "{:<6} {:<8} {:<9} {:>12} {:>12}  {} via {}",
                 s.id,
                 s.source,
@@ -150,10 +181,11 @@ pub(crate) fn streams(r: &pb::ListStreamsResponse, stats: &pb::StreamStats, as_j
                 s.bytes_received,
                 s.target,
                 path(&s.hops)
-            );
+            )?;
         }
     }
-    println!(
+    writeln!(
+        out,
         "transport: {} packets sent, {} received, {} lost; FEC overhead {:.3}; window {} cells, \
          {} in flight; srtt {} us",
         stats.packets_sent,
@@ -163,10 +195,11 @@ pub(crate) fn streams(r: &pb::ListStreamsResponse, stats: &pb::StreamStats, as_j
         stats.window_cells,
         stats.in_flight_cells,
         stats.srtt_us
-    );
+    )?;
+    Ok(())
 }
 
-pub(crate) fn event(e: &pb::Event, as_json: bool) {
+pub(crate) fn event(out: &mut impl Write, e: &pb::Event, as_json: bool) -> io::Result<()> {
     let kind = pb::EventKind::try_from(e.kind).unwrap_or(pb::EventKind::Unspecified);
     let name = kind
         .as_str_name()
@@ -184,7 +217,7 @@ pub(crate) fn event(e: &pb::Event, as_json: bool) {
             "count": e.count,
             "message": e.message,
         });
-        return println!("{value}");
+        return writeln!(out, "{value}");
     }
     let detail = match kind {
         pb::EventKind::CircuitBuilt => format!("circuit {} via {}", e.circuit_id, path(&e.hops)),
@@ -197,51 +230,61 @@ pub(crate) fn event(e: &pb::Event, as_json: bool) {
         pb::EventKind::Error => e.message.clone(),
         pb::EventKind::Unspecified => String::new(),
     };
-    println!("{:<18} {detail}", name);
+    writeln!(out, "{:<18} {detail}", name)?;
+    Ok(())
 }
 
-pub(crate) fn metrics(m: &pb::Metrics, as_json: bool) {
+pub(crate) fn metrics(out: &mut impl Write, m: &pb::Metrics, as_json: bool) -> io::Result<()> {
     if as_json {
-        return json(&m.values);
+        return json(out, &m.values);
     }
-    print!("{}", m.prometheus_text);
+    write!(out, "{}", m.prometheus_text)?;
+    Ok(())
 }
 
-pub(crate) fn config(c: &pb::Config, as_json: bool) {
+pub(crate) fn config(out: &mut impl Write, c: &pb::Config, as_json: bool) -> io::Result<()> {
     if as_json {
-        return json(c);
+        return json(out, c);
     }
     if c.path.is_empty() {
-        println!("# embedded defaults (no config file)");
+        writeln!(out, "# embedded defaults (no config file)")?;
     } else {
-        println!("# from {}", c.path);
+        writeln!(out, "# from {}", c.path)?;
     }
-    print!("{}", c.toml);
+    write!(out, "{}", c.toml)?;
+    Ok(())
 }
 
-pub(crate) fn reloaded(r: &pb::ReloadConfigResponse, as_json: bool) {
+pub(crate) fn reloaded(
+    out: &mut impl Write,
+    r: &pb::ReloadConfigResponse,
+    as_json: bool,
+) -> io::Result<()> {
     if as_json {
-        return json(r);
+        return json(out, r);
     }
     if r.applied.is_empty() && r.restart_required.is_empty() {
-        println!("reloaded: nothing changed ({} relays)", r.relays);
-        return;
+        writeln!(out, "reloaded: nothing changed ({} relays)", r.relays)?;
+        return Ok(());
     }
     if !r.applied.is_empty() {
-        println!("applied: {}", r.applied.join(", "));
+        writeln!(out, "applied: {}", r.applied.join(", "))?;
     }
     if !r.restart_required.is_empty() {
-        println!(
+        writeln!(
+            out,
             "need a restart (old values kept): {}",
             r.restart_required.join(", ")
-        );
+        )?;
     }
-    println!("directory: {} relays", r.relays);
+    writeln!(out, "directory: {} relays", r.relays)?;
+    Ok(())
 }
 
-pub(crate) fn done(message: &str, as_json: bool) {
+pub(crate) fn done(out: &mut impl Write, message: &str, as_json: bool) -> io::Result<()> {
     if as_json {
-        return json(&serde_json::json!({ "ok": true, "message": message }));
+        return json(out, &serde_json::json!({ "ok": true, "message": message }));
     }
-    println!("{message}");
+    writeln!(out, "{message}")?;
+    Ok(())
 }

@@ -14,6 +14,7 @@
 //!    something to fetch.
 //! 4. Ctrl-C (or SIGTERM) shuts every daemon down through its control socket.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -95,7 +96,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
     std::fs::create_dir_all(&dir).map_err(|e| io("cannot create the testnet directory", e))?;
     let socks_port = free_or_fallback(args.socks_port).await;
     let http = start_demo_server(args.http_port).await?;
-    eprintln!(
+    note!(
         "nyx testnet: starting {} daemons ({transport}) in {}",
         args.nodes,
         dir.display()
@@ -129,7 +130,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
                 role,
             };
             let member = start_member(&dir, i, &settings).await?;
-            eprintln!(
+            note!(
                 "  [{i}/{}] {} up{}: node {} on {}",
                 args.nodes,
                 member.name,
@@ -143,7 +144,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
             );
             members.push(member);
         }
-        eprintln!(
+        note!(
             "  waiting for the first consensus of the {AUTHORITIES} authorities (a period is {} s)",
             args.period
         );
@@ -167,7 +168,9 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
         }
     };
     let first = &members[0].ready;
-    if json {
+    // A closed stdout does not stop the network: Ctrl-C does.
+    let mut out = std::io::stdout();
+    let shown = if json {
         let summary = Summary {
             nodes: members.len(),
             socks: &first.socks,
@@ -176,20 +179,24 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
             dir: dir.display().to_string(),
             circuit: circuit.hops.iter().map(|h| h.nickname.clone()).collect(),
         };
-        println!(
-            "{}",
-            serde_json::to_string(&summary).unwrap_or_else(|_| "{}".into())
-        );
+        serde_json::to_writer(&mut out, &summary)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
     } else {
-        print_banner(&members, &circuit, http, &dir);
+        print_banner(&mut out, &members, &circuit, http, &dir)
+    };
+    if let Err(e) = shown.and_then(|()| out.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        note!("nyx testnet: cannot write to stdout: {e}");
     }
     stop.wait().await;
-    eprintln!("nyx testnet: stopping");
+    note!("nyx testnet: stopping");
     stop_all(&mut members).await;
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    eprintln!("nyx testnet: stopped");
+    note!("nyx testnet: stopped");
     Ok(())
 }
 
@@ -201,7 +208,7 @@ async fn free_or_fallback(port: u16) -> u16 {
     match TcpListener::bind(("127.0.0.1", port)).await {
         Ok(_) => port,
         Err(_) => {
-            eprintln!("nyx testnet: 127.0.0.1:{port} is in use; using a free port instead");
+            note!("nyx testnet: 127.0.0.1:{port} is in use; using a free port instead");
             0
         }
     }
@@ -379,11 +386,11 @@ async fn wait_for_circuit(ready: &Ready, nodes: usize) -> Result<pb::Circuit, Fa
             Ok(r) => {
                 let circuit = r.into_inner();
                 let path: Vec<&str> = circuit.hops.iter().map(|h| h.nickname.as_str()).collect();
-                eprintln!("  circuit built: node1 > {}", path.join(" > "));
+                note!("  circuit built: node1 > {}", path.join(" > "));
                 return Ok(circuit);
             }
             Err(why) if started.elapsed() < CIRCUIT_WAIT => {
-                eprintln!("  waiting ({why})");
+                note!("  waiting ({why})");
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             Err(why) => {
@@ -396,35 +403,52 @@ async fn wait_for_circuit(ready: &Ready, nodes: usize) -> Result<pb::Circuit, Fa
     }
 }
 
-fn print_banner(members: &[Member], circuit: &pb::Circuit, http: SocketAddr, dir: &Path) {
+fn print_banner(
+    out: &mut impl Write,
+    members: &[Member],
+    circuit: &pb::Circuit,
+    http: SocketAddr,
+    dir: &Path,
+) -> std::io::Result<()> {
     let first = &members[0].ready;
     let path: Vec<&str> = circuit.hops.iter().map(|h| h.nickname.as_str()).collect();
-    println!();
-    println!(
+    writeln!(out)?;
+    writeln!(
+        out,
         "NyxNet testnet is up: {} daemons on 127.0.0.1-{}; first circuit node1 > {}",
         members.len(),
         members.len(),
         path.join(" > ")
-    );
-    println!();
-    println!("  SOCKS5 entry     {}", first.socks);
-    println!("  control socket   {}", first.control);
-    println!("  demo web server  http://{http}/  (exits allow loopback only)");
-    println!("  files and logs   {}", dir.display());
-    println!();
-    println!("Try, in another terminal:");
-    println!("  curl --socks5-hostname {} http://{http}/", first.socks);
-    println!(
+    )?;
+    writeln!(out)?;
+    writeln!(out, "  SOCKS5 entry     {}", first.socks)?;
+    writeln!(out, "  control socket   {}", first.control)?;
+    writeln!(
+        out,
+        "  demo web server  http://{http}/  (exits allow loopback only)"
+    )?;
+    writeln!(out, "  files and logs   {}", dir.display())?;
+    writeln!(out)?;
+    writeln!(out, "Try, in another terminal:")?;
+    writeln!(
+        out,
+        "  curl --socks5-hostname {} http://{http}/",
+        first.socks
+    )?;
+    writeln!(
+        out,
         "  curl --socks5-hostname {} -o /dev/null http://{http}/file",
         first.socks
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  cargo run --release -p nyx-daemon --bin nyx -- --control {} status",
         first.control
-    );
-    println!("  grpcurl -plaintext -unix {} list", first.control);
-    println!();
-    println!("Ctrl-C stops the testnet.");
+    )?;
+    writeln!(out, "  grpcurl -plaintext -unix {} list", first.control)?;
+    writeln!(out)?;
+    writeln!(out, "Ctrl-C stops the testnet.")?;
+    Ok(())
 }
 
 /// SIGINT and SIGTERM, registered so that they no longer kill the process.
@@ -460,9 +484,9 @@ async fn stop_all(members: &mut [Member]) {
     for m in members.iter_mut() {
         match tokio::time::timeout(Duration::from_secs(10), m.child.wait()).await {
             Ok(Ok(status)) if status.success() => {}
-            Ok(Ok(status)) => eprintln!("  {} exited with {status}", m.name),
+            Ok(Ok(status)) => note!("  {} exited with {status}", m.name),
             _ => {
-                eprintln!("  {} did not stop; killing it", m.name);
+                note!("  {} did not stop; killing it", m.name);
                 let _ = m.child.kill().await;
             }
         }

@@ -21,7 +21,9 @@ use nyx_node::{NodeRole, NodeSettings};
 use nyx_overlay::circuit::LiveLimits;
 use nyx_overlay::directory::{ExitPolicy, MAX_FAMILY, MAX_NICKNAME_LEN};
 use nyx_transport::socket::SocketMode;
-pub use sections::{AuthoritySection, ControlConfig, LogConfig, LogFormat, TelemetryConfig};
+pub use sections::{
+    AuthoritySection, ControlConfig, LogConfig, LogFormat, LogTimestamps, TelemetryConfig,
+};
 
 /// Everything `nyx-daemon` reads from its TOML file. Every field has a default, so an empty
 /// file (or no file) is a working client-only node (`relay.enabled = true` makes a relay).
@@ -686,6 +688,8 @@ fn check_nickname(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+mod effective;
+pub(crate) use effective::OPEN_LISTENER;
 pub mod sections;
 #[cfg(test)]
 mod tests;

@@ -42,6 +42,8 @@ pub struct LogConfig {
     pub level: String,
     /// Output format. Default: `text`.
     pub format: LogFormat,
+    /// How precise the time of each line is. Default: `seconds`.
+    pub timestamps: LogTimestamps,
     /// Log peer addresses and other identifying details. Payloads and keys are never logged.
     /// Default: `false`.
     pub log_sensitive: bool,
@@ -52,6 +54,7 @@ impl Default for LogConfig {
         LogConfig {
             level: "info".to_owned(),
             format: LogFormat::Text,
+            timestamps: LogTimestamps::Seconds,
             log_sensitive: false,
         }
     }
@@ -66,6 +69,18 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// How precise log timestamps are (always UTC, RFC 3339).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogTimestamps {
+    /// To the second, the fraction dropped (as Tor and arti log): a line's time does not
+    /// single out the packet that caused it.
+    #[default]
+    Seconds,
+    /// To the microsecond, for debugging.
+    Micros,
 }
 
 /// Metrics and trace export.

@@ -356,6 +356,7 @@ fn altered(v: &toml::Value) -> Option<toml::Value> {
         V::String(s) if s == "quic" => V::String("udp".to_owned()),
         V::String(s) if s == "text" => V::String("json".to_owned()),
         V::String(s) if s == "auto" => V::String("plain".to_owned()),
+        V::String(s) if s == "seconds" => V::String("micros".to_owned()),
         V::String(s) => V::String(format!("{s}x")),
         V::Array(a) if !a.is_empty() => {
             let mut a = a.clone();
