@@ -227,6 +227,8 @@ def nyx_network(args, base, transport, www, specs):
         write(path, text)
         return path
 
+    # nyx-daemon refuses to run as root unless told to (CI containers run as root).
+    root = ["--allow-root"] if os.geteuid() == 0 else []
     lines = []
     for name, addr in auths:
         path = config(name, addr, True, [])
@@ -234,7 +236,7 @@ def nyx_network(args, base, transport, www, specs):
         kept = os.path.join(args.authority_keys, name) if args.authority_keys else None
         if kept and os.path.isdir(kept):
             shutil.copytree(kept, keys, dirs_exist_ok=True)
-        out = subprocess.run([args.daemon, "--config", path, "--authority-line"],
+        out = subprocess.run([args.daemon, "--config", path, "--authority-line", *root],
                              check=True, capture_output=True, text=True)
         lines.append(out.stdout.strip())
         if kept and not os.path.isdir(kept):
@@ -243,14 +245,14 @@ def nyx_network(args, base, transport, www, specs):
     period = f'[authority]\nenabled = true\nperiod = "{args.period_s}s"\n'
     for name, addr in auths:
         path = config(name, addr, True, lines, period)
-        hosts[name] = host(addr, [process(args.daemon, ["--config", path], 1)])
+        hosts[name] = host(addr, [process(args.daemon, ["--config", path, *root], 1)])
     for name, addr in relays:
         path = config(name, addr, True, lines)
-        hosts[name] = host(addr, [process(args.daemon, ["--config", path], 2)])
+        hosts[name] = host(addr, [process(args.daemon, ["--config", path, *root], 2)])
 
     def client_daemon(name, addr):
         path = config(name, addr, False, lines)
-        return [process(args.daemon, ["--config", path], 3)]
+        return [process(args.daemon, ["--config", path, *root], 3)]
 
     hosts.update(common_hosts(args, www, specs, clients, client_daemon, args.start_s))
     return shadow_yaml(args, hosts, args.start_s)

@@ -148,4 +148,19 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// The process runs as root (effective uid 0) and `--allow-root` was not given.
+    #[error(
+        "refusing to run as root: keys and state would belong to root and a bug would reach \
+         the whole machine; run as a dedicated user (the systemd unit uses DynamicUser=yes), \
+         or pass --allow-root"
+    )]
+    RunAsRoot,
+    /// `$NOTIFY_SOCKET` names a socket that cannot be used.
+    #[error("NOTIFY_SOCKET {socket}: {source}")]
+    Notify {
+        /// The socket as given.
+        socket: String,
+        /// Why it cannot be used.
+        source: std::io::Error,
+    },
 }

@@ -41,7 +41,7 @@ fn start_network(dir: &Path, net: u8, extra: impl Fn(u8) -> String) -> Vec<Membe
             .local_addr()
             .unwrap();
         // As an operator does: the line comes from the authority's own daemon.
-        let out = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"))
+        let out = support::daemon_command()
             .arg("--data-dir")
             .arg(&data)
             .arg("--authority-line")
@@ -89,7 +89,7 @@ fn start_network(dir: &Path, net: u8, extra: impl Fn(u8) -> String) -> Vec<Membe
                 ),
             )
             .unwrap();
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+            let mut cmd = support::daemon_command();
             cmd.arg("--config").arg(&config);
             Member {
                 data,

@@ -41,7 +41,7 @@ fn config_errors_are_refused_with_the_key_name() {
     for (text, key) in cases {
         let path = dir.join("bad.toml");
         std::fs::write(&path, text).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"))
+        let out = support::daemon_command()
             .arg("--config")
             .arg(&path)
             .arg("--data-dir")
@@ -58,7 +58,7 @@ fn config_errors_are_refused_with_the_key_name() {
     }
     // The example file is valid and --check-config prints the effective configuration.
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("nyx.example.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"))
+    let out = support::daemon_command()
         .arg("--config")
         .arg(&example)
         .arg("--check-config")
@@ -77,15 +77,16 @@ fn embedded_defaults_create_private_state_and_stop_cleanly() {
     // (a free port is used instead when 9050 is busy on this machine: the test then
     // checks the default through --check-config only).
     let socks_free = std::net::TcpListener::bind("127.0.0.1:9050").is_ok();
-    let shown = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"))
+    let shown = support::daemon_command()
         .arg("--check-config")
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout).to_string();
     assert!(shown.contains("listen = \"127.0.0.1:9050\""), "{shown}");
     assert!(shown.contains("transport = \"quic\""), "{shown}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
-    cmd.env("XDG_STATE_HOME", &dir);
+    let mut cmd = support::daemon_command();
+    cmd.env("XDG_STATE_HOME", &dir)
+        .env_remove("STATE_DIRECTORY");
     if !socks_free {
         let cfg = dir.join("socks.toml");
         std::fs::write(&cfg, "[socks]\nlisten = \"127.0.0.1:0\"\n").unwrap();
@@ -117,8 +118,9 @@ fn embedded_defaults_create_private_state_and_stop_cleanly() {
     assert_eq!(status, Some(0));
     assert!(!socket.exists(), "the control socket is removed");
     // A second start reuses the keys: same node id.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
-    cmd.env("XDG_STATE_HOME", &dir);
+    let mut cmd = support::daemon_command();
+    cmd.env("XDG_STATE_HOME", &dir)
+        .env_remove("STATE_DIRECTORY");
     let cfg = dir.join("socks0.toml");
     std::fs::write(&cfg, "[socks]\nlisten = \"127.0.0.1:0\"\n").unwrap();
     cmd.arg("--config").arg(cfg);
@@ -148,7 +150,7 @@ async fn control_api_cli_reload_and_metrics() {
         .unwrap();
     };
     write_config("reject *:*", "", "info", "127.0.0.1:0");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    let mut cmd = support::daemon_command();
     cmd.arg("--config").arg(&config);
     let daemon = DaemonProcess::spawn(cmd);
     let socket = Path::new(&daemon.ready.control).to_owned();
@@ -405,7 +407,7 @@ fn control_socket_refuses_other_users() {
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    let mut cmd = support::daemon_command();
     cmd.arg("--config").arg(&config);
     let daemon = DaemonProcess::spawn(cmd);
     // Open the way to the socket for everyone: only the credential check remains.
@@ -489,7 +491,7 @@ async fn relays_come_from_the_pinned_consensus_and_go_when_it_expires() {
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    let mut cmd = support::daemon_command();
     cmd.arg("--config").arg(&config);
     let daemon = DaemonProcess::spawn(cmd);
     let mut c = nyx_daemon::control::connect(Path::new(&daemon.ready.control))
@@ -536,7 +538,7 @@ async fn onion_keys_rotate_while_the_daemon_runs_and_events_say_so() {
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    let mut cmd = support::daemon_command();
     cmd.arg("--config").arg(&config);
     let daemon = DaemonProcess::spawn(cmd);
     let descriptor = Path::new(&daemon.ready.data_dir).join("descriptor.txt");
@@ -601,7 +603,7 @@ async fn link_keys_rotate_overlap_and_survive_a_restart() {
         directory.iter().next().unwrap().link_key().clone()
     };
     let spawn = || {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+        let mut cmd = support::daemon_command();
         cmd.arg("--config").arg(&config);
         DaemonProcess::spawn(cmd)
     };

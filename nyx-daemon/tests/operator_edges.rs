@@ -22,7 +22,7 @@ fn with_closed_stdout(mut cmd: Command) -> Output {
 }
 
 fn daemon_cmd(config: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    let mut cmd = support::daemon_command();
     cmd.arg("--config").arg(config);
     cmd
 }
@@ -30,15 +30,7 @@ fn daemon_cmd(config: &Path) -> Command {
 #[test]
 fn a_reader_that_went_away_ends_the_cli_quietly() {
     let dir = temp_dir("closed-pipe");
-    let config = dir.join("nyx.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "data_dir = \"{}\"\n[socks]\nlisten = \"127.0.0.1:0\"\n",
-            dir.join("data").display()
-        ),
-    )
-    .unwrap();
+    let config = support::loopback_config(&dir);
     // The daemon's own printing (before it runs: a running one fails the check).
     let mut cmd = daemon_cmd(&config);
     cmd.arg("--check-config");
@@ -198,7 +190,8 @@ fn check_config_binds_every_listener_and_shows_every_effective_value() {
     // A daemon on the control socket already.
     std::fs::write(&config, "[socks]\nenabled = false\n").unwrap();
     let mut cmd = daemon_cmd(&config);
-    cmd.env("XDG_STATE_HOME", &dir);
+    cmd.env("XDG_STATE_HOME", &dir)
+        .env_remove("STATE_DIRECTORY");
     let daemon = DaemonProcess::spawn(cmd);
     let out = check(&config);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -2,7 +2,8 @@
 //! `nyx daemon` (what `nyx testnet` starts) are the same program.
 //!
 //! Exit codes: 0 after a graceful stop, 2 for a configuration error, 1 for any other
-//! failure (`--check-config` too, when a listener cannot bind). What is printed on stdout
+//! failure (`--check-config` too, when a listener cannot bind; running as root without
+//! `--allow-root` too). What is printed on stdout
 //! for a reader that went away (a closed pipe) is dropped quietly.
 
 use std::io::Write as _;
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use super::config::OPEN_LISTENER;
+use super::sd_notify::Notifier;
 use super::{Daemon, DaemonConfig, LogControl, READY_PREFIX};
 use crate::telemetry::Telemetry;
 
@@ -35,6 +37,10 @@ pub struct DaemonArgs {
     /// an authority. `listen` must be an address others reach, with a fixed port.
     #[arg(long)]
     pub authority_line: bool,
+    /// Run even as root (effective uid 0), which is refused otherwise: run the daemon as a
+    /// dedicated user instead (the systemd unit uses `DynamicUser=yes`).
+    #[arg(long, env = "NYX_ALLOW_ROOT")]
+    pub allow_root: bool,
 }
 
 /// Run the daemon as `args` say, until it is stopped; the process's exit code.
@@ -48,6 +54,11 @@ pub fn main(args: DaemonArgs) -> ExitCode {
     };
     if args.check_config {
         return check_config(&config);
+    }
+    // Below, keys are created and the node runs: not as root unless asked.
+    if let Err(e) = super::service::check_user(super::service::effective_uid(), args.allow_root) {
+        complain(e);
+        return ExitCode::FAILURE;
     }
     if args.authority_line {
         return match authority_line(&config) {
@@ -185,6 +196,8 @@ async fn run(config: DaemonConfig, path: Option<PathBuf>) -> Result<(), crate::E
     });
     let export_interval = config.telemetry.export_interval;
     let result = async {
+        let notifier = Notifier::from_env()?;
+        super::service::raise_nofile_limit();
         let daemon = Daemon::start(config, path, Some(log_control)).await?;
         if telemetry.otlp_enabled() {
             let cell = Arc::new(std::sync::OnceLock::new());
@@ -206,6 +219,13 @@ async fn run(config: DaemonConfig, path: Option<PathBuf>) -> Result<(), crate::E
         if let Err(e) = writeln!(out, "{READY_PREFIX}{ready}").and_then(|()| out.flush()) {
             tracing::warn!(error = %e, "cannot print the ready line");
         }
+        let daemon = match notifier {
+            Some(notifier) => {
+                notifier.ready();
+                daemon.with_notifier(notifier)
+            }
+            None => daemon,
+        };
         daemon.wait().await
     }
     .await;

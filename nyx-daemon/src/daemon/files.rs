@@ -14,7 +14,9 @@
 //! Onion keys are not stored: each start generates a fresh one and publishes it in a new
 //! descriptor, so a stolen disk never exposes past circuits.
 
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,18 +43,44 @@ pub const CONTROL_SOCKET: &str = "control.sock";
 /// The entry guards in use, kept across restarts: `guard <node id> <sampled at>` lines.
 pub const GUARDS_FILE: &str = "guards.txt";
 
-/// The data directory to use: the configured one, else `$XDG_STATE_HOME/nyx`, else
+/// The data directory when none is configured: the first entry of `$STATE_DIRECTORY` (set
+/// by systemd's `StateDirectory=`), else `$XDG_STATE_HOME/nyx`, else
 /// `$HOME/.local/state/nyx`.
 pub fn default_data_dir() -> Result<PathBuf, Error> {
-    if let Some(state) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+    let var = |name| std::env::var_os(name);
+    data_dir_from(var("STATE_DIRECTORY"), var("XDG_STATE_HOME"), var("HOME"))
+}
+
+/// [`default_data_dir`] from the values of `STATE_DIRECTORY`, `XDG_STATE_HOME` and `HOME`
+/// (empty ones count as unset).
+fn data_dir_from(
+    state_directory: Option<OsString>,
+    xdg_state_home: Option<OsString>,
+    home: Option<OsString>,
+) -> Result<PathBuf, Error> {
+    let set = |v: Option<OsString>| v.filter(|v| !v.is_empty());
+    // systemd joins several StateDirectory= entries with ':'; the first is the daemon's.
+    let first_state_dir = set(state_directory).and_then(|dirs| {
+        dirs.as_bytes()
+            .split(|&b| b == b':')
+            .next()
+            .filter(|first| !first.is_empty())
+            .map(|first| PathBuf::from(OsStr::from_bytes(first)))
+    });
+    if let Some(dir) = first_state_dir {
+        return Ok(dir);
+    }
+    if let Some(state) = set(xdg_state_home) {
         return Ok(PathBuf::from(state).join("nyx"));
     }
-    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+    if let Some(home) = set(home) {
         return Ok(PathBuf::from(home).join(".local/state/nyx"));
     }
     Err(Error::DataDir {
         path: PathBuf::new(),
-        reason: "no data_dir configured and neither XDG_STATE_HOME nor HOME is set".into(),
+        reason: "no data_dir configured and none of STATE_DIRECTORY, XDG_STATE_HOME and HOME \
+                 is set"
+            .into(),
     })
 }
 
@@ -329,5 +357,29 @@ mod tests {
             assert!(matches!(err, Error::DirectoryRead { .. }), "{err}");
         }
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_data_dir_default_prefers_systemd_state_directory() {
+        let os = |s: &str| Some(OsString::from(s));
+        let dir = |s, x, h| data_dir_from(s, x, h).unwrap();
+        assert_eq!(
+            dir(os("/var/lib/nyx"), os("/x"), os("/h")),
+            PathBuf::from("/var/lib/nyx")
+        );
+        // Several StateDirectory= entries: the first one.
+        assert_eq!(
+            dir(os("/var/lib/nyx:/var/lib/other"), None, None),
+            PathBuf::from("/var/lib/nyx")
+        );
+        // Unset or empty: the XDG default, then HOME's.
+        assert_eq!(dir(os(""), os("/x"), os("/h")), PathBuf::from("/x/nyx"));
+        assert_eq!(dir(None, os("/x"), os("/h")), PathBuf::from("/x/nyx"));
+        assert_eq!(
+            dir(None, None, os("/h")),
+            PathBuf::from("/h/.local/state/nyx")
+        );
+        let err = data_dir_from(os(":"), os(""), None).unwrap_err();
+        assert!(err.to_string().contains("STATE_DIRECTORY"), "{err}");
     }
 }

@@ -15,6 +15,8 @@ mod held;
 mod keeper;
 pub mod link_keys;
 mod run;
+pub mod sd_notify;
+pub mod service;
 mod state;
 pub mod stream_registry;
 pub mod trust;

@@ -12,6 +12,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::config::DaemonConfig;
 use super::dir::{self, authority::AuthorityHandle};
+use super::sd_notify::Notifier;
 use super::state::{DaemonState, Endpoints, LogControl, StateParts};
 use super::{files, keeper, link_keys, trust};
 use crate::Error;
@@ -55,6 +56,7 @@ pub struct Daemon {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     socks: Option<crate::socks::SocksServer>,
     signals: Signals,
+    notifier: Option<Notifier>,
 }
 
 /// The signals a daemon handles, registered at start: from then on SIGINT and SIGTERM
@@ -295,6 +297,7 @@ impl Daemon {
             tasks,
             socks,
             signals,
+            notifier: None,
         })
     }
 
@@ -308,29 +311,63 @@ impl Daemon {
         &self.state
     }
 
+    /// Tell the service manager through `notifier` (sd_notify) about what
+    /// [`wait`](Self::wait) does: reloads, the watchdog, the stop. The caller sends
+    /// `READY=1` itself, once it has announced the daemon.
+    pub fn with_notifier(mut self, notifier: Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
+    }
+
     /// Run until SIGINT, SIGTERM or a Shutdown call; SIGHUP reloads the configuration.
     /// Then stop gracefully: stop accepting, tear circuits down, remove the control socket.
+    /// With a notifier, a reload is framed by `RELOADING=1` and `READY=1`, `WATCHDOG=1`
+    /// goes out at its interval from this loop, and `STOPPING=1` precedes the stop.
     pub async fn wait(mut self) -> Result<(), Error> {
+        let mut watchdog = self
+            .notifier
+            .as_ref()
+            .and_then(Notifier::watchdog)
+            .map(tokio::time::interval);
         loop {
             tokio::select! {
                 _ = self.signals.interrupt.recv() => { tracing::info!("SIGINT: stopping"); break }
                 _ = self.signals.terminate.recv() => { tracing::info!("SIGTERM: stopping"); break }
-                _ = self.signals.hangup.recv() => match self.state.reload().await {
-                    Ok(outcome) => {
-                        if !outcome.diff.restart.is_empty() {
-                            tracing::warn!(
-                                keys = %outcome.diff.restart.join(", "),
-                                "SIGHUP: changed keys need a restart"
-                            );
-                        }
+                _ = self.signals.hangup.recv() => self.reload().await,
+                () = tick(&mut watchdog) => {
+                    if let Some(notifier) = &self.notifier {
+                        notifier.watchdog_ping();
                     }
-                    Err(e) => tracing::error!(error = %e, "SIGHUP: reload failed; nothing changed"),
-                },
+                }
                 () = self.state.shutdown_requested() => break,
             }
         }
+        if let Some(notifier) = &self.notifier {
+            notifier.stopping();
+        }
         self.stop().await;
         Ok(())
+    }
+
+    /// SIGHUP: reload the configuration file, telling the service manager.
+    async fn reload(&self) {
+        if let Some(notifier) = &self.notifier {
+            notifier.reloading();
+        }
+        match self.state.reload().await {
+            Ok(outcome) => {
+                if !outcome.diff.restart.is_empty() {
+                    tracing::warn!(
+                        keys = %outcome.diff.restart.join(", "),
+                        "SIGHUP: changed keys need a restart"
+                    );
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "SIGHUP: reload failed; nothing changed"),
+        }
+        if let Some(notifier) = &self.notifier {
+            notifier.ready();
+        }
     }
 
     /// Stop gracefully now (what [`wait`](Self::wait) does after a signal).
@@ -359,6 +396,16 @@ pub(crate) fn metrics_source(cell: Arc<OnceLock<Arc<DaemonState>>>) -> SnapshotS
             }
         }
     })
+}
+
+/// The next tick of `interval`; never, without one.
+async fn tick(interval: &mut Option<tokio::time::Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 async fn bind_tcp(what: &'static str, addr: std::net::SocketAddr) -> Result<TcpListener, Error> {

@@ -22,6 +22,29 @@ pub(crate) fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The built `nyx-daemon`, allowed to run as root (`NYX_ALLOW_ROOT`): CI runs tests as
+/// root. tests/service.rs checks the refusal itself.
+pub(crate) fn daemon_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nyx-daemon"));
+    cmd.env("NYX_ALLOW_ROOT", "true");
+    cmd
+}
+
+/// `dir/nyx.toml` for a client daemon with its data in `dir/data` and SOCKS on a free
+/// loopback port; its path.
+pub(crate) fn loopback_config(dir: &Path) -> PathBuf {
+    let config = dir.join("nyx.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\n[socks]\nlisten = \"127.0.0.1:0\"\n",
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 /// A running `nyx-daemon` (killed if the test fails before stopping it).
 pub(crate) struct DaemonProcess {
     pub(crate) child: Child,

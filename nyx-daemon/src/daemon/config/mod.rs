@@ -42,7 +42,8 @@ pub struct DaemonConfig {
     /// datagram per `recvfrom`/`sendto`, as network simulators such as Shadow need).
     pub socket_io: SocketIo,
     /// Keys, the control socket and the published descriptor live here. Default
-    /// `$XDG_STATE_HOME/nyx` or `~/.local/state/nyx`.
+    /// `$STATE_DIRECTORY` (its first entry), else `$XDG_STATE_HOME/nyx`, else
+    /// `~/.local/state/nyx`.
     pub data_dir: Option<PathBuf>,
     /// The name in this node's descriptor (1-32 of `A-Z a-z 0-9 - _`). Default `nyx`.
     pub nickname: String,
