@@ -101,6 +101,12 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
         args.nodes,
         dir.display()
     );
+    // A test network of loopback daemons in a directory of its own: as root (containers,
+    // the benchmark scripts) its daemons are allowed to run as root, and told so.
+    let as_root = nyx_daemon::daemon::service::effective_uid() == 0;
+    if as_root {
+        note!("  running as root: the daemons get --allow-root (a real node refuses root)");
+    }
     let min = nyx_overlay::directory::authority::MIN_PERIOD;
     if args.period < min {
         return Err(Failure::Usage(format!(
@@ -312,10 +318,12 @@ async fn start_member(dir: &Path, i: u8, settings: &MemberSettings<'_>) -> Resul
         .map_err(|e| Failure::Call(format!("daemon.log: {e}")))?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Call(format!("cannot find the nyx program: {e}")))?;
-    let mut child = Command::new(exe)
-        .arg("daemon")
-        .arg("--config")
-        .arg(&config_path)
+    let mut command = Command::new(exe);
+    command.arg("daemon").arg("--config").arg(&config_path);
+    if nyx_daemon::daemon::service::effective_uid() == 0 {
+        command.arg("--allow-root");
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
