@@ -4,6 +4,8 @@
 #   benches/scripts/bootstrap.sh            # NODES=50 for a larger testnet
 set -u
 NYX=${NYX:-target/release/nyx}
+# A throwaway daemon on loopback: allowed to run as root; microsecond log times to measure.
+ROOT=$([ "$(id -u)" = 0 ] && echo --allow-root)
 rm -rf ${DIR:-/tmp/nyx-bootstrap}; mkdir -p ${DIR:-/tmp/nyx-bootstrap}
 t0=$(date +%s.%N)
 $NYX --json testnet --dir ${DIR:-/tmp/nyx-bootstrap} --socks-port 0 --http-port 0 --nodes ${NODES:-5} > ${DIR:-/tmp/nyx-bootstrap}.json 2>${DIR:-/tmp/nyx-bootstrap}.err &
@@ -14,9 +16,9 @@ echo "testnet of ${NODES:-5}: up (consensus lists every daemon, circuit built) a
 auth=$(grep '^authorities' ${DIR:-/tmp/nyx-bootstrap}/node1/nyx.toml)
 for run in 1 2 3 4 5; do
   d=${DIR:-/tmp/nyx-bootstrap}/new$run; mkdir -p $d; chmod 700 $d
-  printf 'listen = ["127.0.0.200:0"]\ndata_dir = "%s"\nnickname = "new%s"\n[socks]\nenabled = false\n[directory]\n%s\n' "$d" "$run" "$auth" > $d/nyx.toml
+  printf 'listen = ["127.0.0.200:0"]\ndata_dir = "%s"\nnickname = "new%s"\n[socks]\nenabled = false\n[log]\ntimestamps = "micros"\n[directory]\n%s\n' "$d" "$run" "$auth" > $d/nyx.toml
   s0=$(date +%s.%N)
-  $NYX daemon --config $d/nyx.toml > $d/out 2> $d/daemon.log &
+  $NYX daemon $ROOT --config $d/nyx.toml > $d/out 2> $d/daemon.log &
   P=$!
   while ! grep -q "new consensus in force" $d/daemon.log 2>/dev/null; do sleep 0.05; done
   s1=$(date +%s.%N)
@@ -31,7 +33,7 @@ PY
   kill -TERM $P; wait $P
   # warm: same data dir, consensus on disk
   s0=$(date +%s.%N)
-  $NYX daemon --config $d/nyx.toml > $d/out2 2> $d/daemon2.log &
+  $NYX daemon $ROOT --config $d/nyx.toml > $d/out2 2> $d/daemon2.log &
   P=$!
   while ! grep -q "nyx-daemon ready" $d/out2 2>/dev/null; do sleep 0.05; done
   s1=$(date +%s.%N)
