@@ -227,7 +227,14 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
                 .poll_timeout()
                 .map(|t| Instant::from_std(s.clock.instant_of(t)));
             let finished = s.expiring && s.mux.stream_count() == 0;
+            let dead = s.mux.is_dead(now);
             drop(s);
+            if dead {
+                // The peer stopped answering pings: fail the streams and let the circuit go
+                // (a client's is closed when its handle drops with the port).
+                tracing::debug!("circuit end silent for too long; ending it");
+                return end(&ep, DestroyReason::Timeout);
+            }
             for (id, target) in incoming {
                 match &on_incoming {
                     Some(f) => f(&ep, id, target),

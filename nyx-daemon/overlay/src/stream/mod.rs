@@ -32,7 +32,7 @@ use std::time::Duration;
 use nyx_fec::FecConfig;
 
 pub use cc::CcConfig;
-pub use mux::{MuxStats, ReadOutcome, StreamMux};
+pub use mux::{DEAD_AFTER, LIVENESS_PROBE, MuxStats, ReadOutcome, StreamMux};
 
 /// Stream data bytes per FEC symbol: with its headers one symbol fills a forward cell.
 pub const SYMBOL_SIZE: u16 = 1024;

@@ -15,6 +15,13 @@ use super::{ResetReason, Role, SYMBOL_SIZE, StreamConfig, StreamEvent, StreamId}
 use crate::Error;
 use crate::circuit::{MAX_BACKWARD_BODY, MAX_FORWARD_BODY};
 
+/// With streams open and nothing heard from the peer for this long, ask it for an ACK (a
+/// PING; again at this interval while the silence lasts).
+pub const LIVENESS_PROBE: Duration = Duration::from_secs(5);
+/// With streams open and nothing heard from the peer for this long, the circuit is dead
+/// ([`StreamMux::is_dead`]).
+pub const DEAD_AFTER: Duration = Duration::from_secs(60);
+
 /// What a read found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadOutcome {
@@ -139,6 +146,10 @@ pub struct StreamMux {
     now: Timestamp,
     ping: bool,
     pto_count: u32,
+    /// When the latest packet from the peer arrived, and when this end last asked for proof
+    /// of life (the circuit's liveness check).
+    last_heard: Timestamp,
+    last_probe: Timestamp,
     events: VecDeque<StreamEvent>,
     stats: MuxStats,
     /// FEC counters of streams already gone.
@@ -174,6 +185,8 @@ impl StreamMux {
             sent: SentPackets::default(),
             ping: false,
             pto_count: 0,
+            last_heard: now,
+            last_probe: now,
             events: VecDeque::new(),
             stats: MuxStats::default(),
             done_fec: (0, 0, 0),
@@ -421,6 +434,7 @@ impl StreamMux {
             }
         }
         self.stats.packets_received += 1;
+        self.last_heard = self.last_heard.max(now);
         if !self.acks.on_packet(pn, eliciting, now) {
             self.stats.duplicates += 1;
         }
@@ -810,6 +824,14 @@ impl StreamMux {
         }
         consider(self.sent.loss_deadline());
         consider(self.pto_deadline());
+        if self.in_use() {
+            consider(Some(self.next_liveness_probe()));
+            // Once passed, the death deadline is the owner's to act on, not a timer.
+            let dead_at = self.last_heard.saturating_add(DEAD_AFTER);
+            if dead_at > self.now {
+                consider(Some(dead_at));
+            }
+        }
         for s in self.streams.values() {
             if s.reset.is_none() && !s.peer_done {
                 consider(s.tx.poll_timeout());
@@ -825,6 +847,26 @@ impl StreamMux {
     fn pacing(&self) -> (u32, Duration, bool) {
         let rtt = self.sent.rtt().smoothed;
         (self.cc.window(), rtt, self.cc.in_slow_start())
+    }
+
+    /// Whether a stream is open (not reset): then the peer must show it is alive.
+    fn in_use(&self) -> bool {
+        self.streams.values().any(|s| s.reset.is_none())
+    }
+
+    /// When to ask a silent peer for an ACK next.
+    fn next_liveness_probe(&self) -> Timestamp {
+        self.last_heard
+            .max(self.last_probe)
+            .saturating_add(LIVENESS_PROBE)
+    }
+
+    /// Whether the peer has been silent for [`DEAD_AFTER`] while streams are open, despite
+    /// the pings sent every [`LIVENESS_PROBE`]: the circuit is dead (a DESTROY that never
+    /// arrived, a relay gone) and its owner should end it, which fails its streams instead
+    /// of leaving their readers waiting for good.
+    pub fn is_dead(&self, now: Timestamp) -> bool {
+        self.in_use() && now >= self.last_heard.saturating_add(DEAD_AFTER)
     }
 
     fn pto_deadline(&self) -> Option<Timestamp> {
@@ -846,6 +888,12 @@ impl StreamMux {
         if self.sent.loss_deadline().is_some_and(|t| now >= t) {
             let settled = self.sent.on_loss_timer(now);
             self.settle(settled, now);
+        }
+        if self.in_use() && now >= self.next_liveness_probe() {
+            // Silence while streams are open: ask the peer for an ACK. An idle stream is
+            // normal (a quiet SSH session); a silent peer is not.
+            self.ping = true;
+            self.last_probe = now;
         }
         if self.pto_deadline().is_some_and(|t| now >= t) {
             self.stats.probe_timeouts += 1;

@@ -886,3 +886,84 @@ fn whole_lost_batches_cost_overhead_not_the_stream() {
     );
     assert!(lossy > 0.5 * clean, "{lossy:.1} of {clean:.1} MB/s");
 }
+
+/// A client and an exit with one accepted stream that has carried `bytes` each way.
+fn one_stream(bytes: u64) -> (Sim, StreamId, StreamId) {
+    let mut sim = Sim::new(
+        1,
+        LinkModel::default(),
+        LinkModel::default(),
+        StreamConfig::default(),
+    );
+    let (client, exit) = transfer(&mut sim, 1, bytes, Duration::from_secs(10));
+    drop((client, exit));
+    let now = sim.now;
+    let id = sim.client(0).open("127.0.0.1:9", now).unwrap();
+    let mut exit_id = None;
+    while exit_id.is_none() {
+        assert!(sim.step());
+        while let Some(ev) = sim.exit(0).poll_event() {
+            if let StreamEvent::Incoming { stream, .. } = ev {
+                sim.exit(0).accept(stream).unwrap();
+                exit_id = Some(stream);
+            }
+        }
+    }
+    for _ in 0..100 {
+        sim.step();
+    }
+    (sim, id, exit_id.unwrap())
+}
+
+/// A circuit whose far end falls silent (its DESTROY lost, a relay gone) is declared dead
+/// after [`DEAD_AFTER`] of silence, so its streams fail instead of waiting for good; the
+/// near end asked for proof of life every [`LIVENESS_PROBE`] meanwhile.
+#[test]
+fn a_silent_peer_ends_the_circuit() {
+    let (mut sim, _, _) = one_stream(64 * 1024);
+    assert!(!sim.circuits[0].0.is_dead(sim.now));
+    sim.forward.model.loss = 1.0;
+    sim.backward.model.loss = 1.0;
+    let silent_from = sim.now;
+    let sent_before = sim.client(0).stats().packets_sent;
+    while !sim.circuits[0].0.is_dead(sim.now) {
+        assert!(sim.step(), "a timer is always set while a stream is open");
+        assert!(
+            sim.now < silent_from.saturating_add(DEAD_AFTER + Duration::from_secs(10)),
+            "still alive"
+        );
+    }
+    let silence = sim.now.saturating_duration_since(silent_from);
+    // Counted from the last packet heard, which on an idle circuit is the answer to a ping
+    // up to one probe interval before the silence began.
+    assert!(silence >= DEAD_AFTER - LIVENESS_PROBE, "{silence:?}");
+    let pings = sim.client(0).stats().packets_sent - sent_before;
+    assert!(pings >= 10, "{pings} packets sent into the silence");
+}
+
+/// A stream that carries nothing for minutes (an idle SSH session) keeps its circuit: the
+/// pings are answered.
+#[test]
+fn an_idle_stream_on_a_live_circuit_stays_open() {
+    let (mut sim, id, exit_id) = one_stream(64 * 1024);
+    let start = sim.now;
+    while sim.now < start.saturating_add(DEAD_AFTER * 3) {
+        assert!(sim.step());
+        let (client, exit) = &sim.circuits[0];
+        assert!(!client.is_dead(sim.now) && !exit.is_dead(sim.now));
+    }
+    let now = sim.now;
+    assert_eq!(sim.client(0).write(id, b"still here", now).unwrap(), 10);
+    let mut buf = [0u8; 32];
+    let mut got = 0;
+    for _ in 0..10_000 {
+        sim.step();
+        if let Ok(ReadOutcome::Data(n)) = sim.exit(0).read(exit_id, &mut buf[got..]) {
+            got += n;
+        }
+        if got == 10 {
+            break;
+        }
+    }
+    assert_eq!(&buf[..got], b"still here");
+}
