@@ -319,6 +319,27 @@ fn report(mux: &StreamMux, exit: bool, now: Timestamp) {
         controls_resent = s.controls_resent,
         "stream counters"
     );
+    for st in mux.stream_snapshots() {
+        tracing::debug!(
+            stream = st.id.0,
+            opened = st.opened,
+            written = st.written,
+            peer_max = st.peer_max,
+            fin = ?st.fin,
+            blocks_in_flight = st.blocks_in_flight,
+            unflushed = st.unflushed,
+            consumed = st.consumed,
+            readable = st.readable,
+            blocks_decoded = st.blocks_decoded,
+            advertised = st.advertised,
+            peer_fin = ?st.peer_fin,
+            done = ?st.done,
+            reset = ?st.reset,
+            released = st.released,
+            armed = ?st.armed,
+            "stream state"
+        );
+    }
 }
 
 /// The circuit is gone: every stream fails, everyone waiting is told.

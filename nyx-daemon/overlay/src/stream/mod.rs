@@ -33,6 +33,7 @@ use nyx_fec::FecConfig;
 
 pub use cc::CcConfig;
 pub use mux::{DEAD_AFTER, LIVENESS_PROBE, MuxStats, ReadOutcome, StreamMux};
+pub use state::StreamSnapshot;
 
 /// Stream data bytes per FEC symbol: with its headers one symbol fills a forward cell.
 pub const SYMBOL_SIZE: u16 = 1024;
@@ -82,7 +83,33 @@ pub enum ResetReason {
     Other(u8),
 }
 
+/// How many circuits a client tries for one stream before it gives up, when each exit
+/// fails in a way another exit might not ([`ResetReason::retry_elsewhere`]). Tor's limit on
+/// resolve failures per stream is the same.
+pub const MAX_OPEN_ATTEMPTS: usize = 3;
+
 impl ResetReason {
+    /// Whether a stream the exit did not open for this reason is worth opening again on
+    /// another circuit (Tor's rule for a stream ended before it connected):
+    ///
+    /// * yes for what belongs to the exit or the circuit: a connect or resolve that timed
+    ///   out or failed there ([`Timeout`](Self::Timeout), [`Unreachable`](Self::Unreachable)),
+    ///   an exit that is full ([`ResourceLimit`](Self::ResourceLimit)), an exit whose
+    ///   policy turned out stricter than its descriptor ([`Policy`](Self::Policy)), a
+    ///   circuit that ended ([`CircuitLost`](Self::CircuitLost));
+    /// * no for what the target said ([`Refused`](Self::Refused): every exit would hear the
+    ///   same), a broken protocol, a cancel, or a code this version does not know.
+    pub fn retry_elsewhere(self) -> bool {
+        matches!(
+            self,
+            ResetReason::Timeout
+                | ResetReason::Unreachable
+                | ResetReason::ResourceLimit
+                | ResetReason::Policy
+                | ResetReason::CircuitLost
+        )
+    }
+
     /// The wire code.
     pub fn code(self) -> u8 {
         match self {

@@ -9,7 +9,7 @@ use nyx_fec::packet::{MAX_FEEDBACK_LEN, SYMBOL_HEADER_LEN};
 use super::cc::Vegas;
 use super::pacer::Pacer;
 use super::recovery::{AckState, SentPackets, Settled};
-use super::state::Stream;
+use super::state::{Stream, StreamSnapshot};
 use super::wire::{self, CARRIER_HEADER_LEN, Control, Frame, MAX_TARGET_LEN, PACKET_HEADER_LEN};
 use super::{ResetReason, Role, SYMBOL_SIZE, StreamConfig, StreamEvent, StreamId};
 use crate::Error;
@@ -322,6 +322,7 @@ impl StreamMux {
     pub fn reset(&mut self, id: StreamId, reason: ResetReason) -> Result<(), Error> {
         let stream = self.streams.get_mut(&id).ok_or(Error::NoSuchStream)?;
         if stream.reset.is_none() {
+            tracing::debug!(role = ?self.role, stream = id.0, ?reason, "stream reset here");
             stream.reset = Some(reason);
             self.controls
                 .push_back(Control::Reset { stream: id, reason });
@@ -342,6 +343,12 @@ impl StreamMux {
         if stream.reset.is_none() && !stream.recv_done() {
             let _ = self.reset(id, ResetReason::Cancelled);
             return;
+        }
+        if stream.reset.is_none() && !stream.done_queued {
+            // Read to its end without a read that saw the end: the peer still needs DONE
+            // to let go of its side.
+            stream.done_queued = true;
+            self.controls.push_back(Control::Done { stream: id });
         }
         let _ = self.finish(id, now);
         self.collect(id);
@@ -374,6 +381,11 @@ impl StreamMux {
     /// Streams held now.
     pub fn stream_count(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Where each stream stands (for debug reports: counts and flags, never data).
+    pub fn stream_snapshots(&self) -> impl Iterator<Item = StreamSnapshot> + '_ {
+        self.streams.iter().map(|(id, s)| s.snapshot(*id))
     }
 
     #[cfg(test)]
@@ -535,6 +547,7 @@ impl StreamMux {
                 {
                     s.reset = Some(reason);
                     self.stats.streams_reset += 1;
+                    tracing::debug!(role = ?self.role, stream = id.0, ?reason, "stream reset by the peer");
                     self.events
                         .push_back(StreamEvent::Reset { stream: id, reason });
                     self.collect(id);
@@ -564,6 +577,7 @@ impl StreamMux {
         {
             s.reset = Some(ResetReason::Protocol);
             self.stats.streams_reset += 1;
+            tracing::debug!(role = ?self.role, stream = id.0, "stream broke the protocol; reset");
             self.controls.push_back(Control::Reset {
                 stream: id,
                 reason: ResetReason::Protocol,
@@ -649,6 +663,7 @@ impl StreamMux {
         if self.streams.get(&id).is_some_and(Stream::finished)
             && let Some(s) = self.streams.remove(&id)
         {
+            tracing::debug!(role = ?self.role, stream = id.0, reset = ?s.reset, "stream forgotten");
             let t = s.tx.stats();
             self.done_fec.0 += t.packets;
             self.done_fec.1 += t.source_symbols;

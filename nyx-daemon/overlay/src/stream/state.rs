@@ -139,6 +139,67 @@ impl Stream {
     }
 }
 
+/// Where one stream stands, for debug reports: counts and flags only, never data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamSnapshot {
+    /// The stream.
+    pub id: super::StreamId,
+    /// Client: OPENED arrived. Exit: accepted.
+    pub opened: bool,
+    /// Bytes accepted from the writer.
+    pub written: u64,
+    /// The peer's flow-control limit on `written`.
+    pub peer_max: u64,
+    /// The final length this end sent, once finished.
+    pub fin: Option<u64>,
+    /// FEC blocks sent and not yet acknowledged.
+    pub blocks_in_flight: usize,
+    /// Bytes written but not yet in a closed block.
+    pub unflushed: usize,
+    /// Bytes handed to the reader.
+    pub consumed: u64,
+    /// Decoded bytes waiting for the reader.
+    pub readable: usize,
+    /// FEC blocks decoded so far.
+    pub blocks_decoded: u64,
+    /// The limit this end advertised.
+    pub advertised: u64,
+    /// The peer's final length, once its FIN arrived.
+    pub peer_fin: Option<u64>,
+    /// DONE queued and acknowledged; the peer's DONE arrived.
+    pub done: (bool, bool, bool),
+    /// Why it was reset, if it was.
+    pub reset: Option<ResetReason>,
+    /// The application let go of it.
+    pub released: bool,
+    /// A reader (writer) waits for readiness.
+    pub armed: (bool, bool),
+}
+
+impl Stream {
+    pub(super) fn snapshot(&self, id: super::StreamId) -> StreamSnapshot {
+        StreamSnapshot {
+            id,
+            opened: self.opened,
+            written: self.written,
+            peer_max: self.peer_max,
+            fin: self.fin,
+            blocks_in_flight: self.tx.blocks_in_flight(),
+            unflushed: self.tx.unflushed(),
+            consumed: self.consumed,
+            readable: self.rx.readable(),
+            blocks_decoded: self.rx.stats().blocks,
+            advertised: self.advertised,
+            peer_fin: self.peer_fin,
+            done: (self.done_queued, self.done_acked, self.peer_done),
+            reset: self.reset,
+            released: self.released,
+            armed: (self.read_armed, self.write_armed),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

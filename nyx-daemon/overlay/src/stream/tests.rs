@@ -230,19 +230,6 @@ impl Sim {
                     };
                     self.cells[usize::from(!to_exit)] += 1;
                     let arrivals = link.carry(now, &mut self.rng);
-                    if std::env::var("SCRATCH_TRACE2").is_ok()
-                        && now.as_nanos() > 1_000_000_000
-                        && now.as_nanos() < 1_420_000_000
-                    {
-                        eprintln!(
-                            "{:.3} {} len {} pn {:?} arrivals {}",
-                            now.as_nanos() as f64 / 1e6,
-                            if to_exit { "c->e" } else { "e->c" },
-                            n,
-                            &buf[..5],
-                            arrivals.len()
-                        );
-                    }
                     for at in arrivals {
                         self.order += 1;
                         self.queue.push(Reverse((at, self.order)));
@@ -966,4 +953,89 @@ fn an_idle_stream_on_a_live_circuit_stays_open() {
         }
     }
     assert_eq!(&buf[..got], b"still here");
+}
+
+/// A reader that takes exactly the bytes it expects (a length-prefixed request) and lets go
+/// without a read that sees the end still tells the peer it read everything: both ends
+/// forget the stream, and the circuit is left with nothing to keep alive.
+#[test]
+fn a_stream_read_to_its_end_without_seeing_it_is_forgotten_at_both_ends() {
+    let mut sim = Sim::new(
+        1,
+        LinkModel::default(),
+        LinkModel::default(),
+        StreamConfig::default(),
+    );
+    let id = sim.client(0).open("127.0.0.1:9", Timestamp::ZERO).unwrap();
+    sim.client(0).write(id, b"GET", Timestamp::ZERO).unwrap();
+    sim.client(0).finish(id, Timestamp::ZERO).unwrap();
+    let (mut exit_id, mut request, mut answered) = (None, Vec::new(), false);
+    let (mut response, mut client_done) = (Vec::new(), false);
+    for _ in 0..10_000 {
+        let now = sim.now;
+        while let Some(ev) = sim.exit(0).poll_event() {
+            if let StreamEvent::Incoming { stream, .. } = ev {
+                sim.exit(0).accept(stream).unwrap();
+                exit_id = Some(stream);
+            }
+        }
+        if let Some(e) = exit_id.filter(|_| !answered) {
+            let mut buf = [0u8; 3];
+            let want = 3 - request.len().min(3);
+            if want > 0
+                && let ReadOutcome::Data(n) = sim.exit(0).read(e, &mut buf[..want]).unwrap()
+            {
+                request.extend_from_slice(&buf[..n]);
+            }
+            // All three bytes and the FIN are in: answer and let go, never reading again.
+            let fin_in = sim
+                .exit(0)
+                .stream_snapshots()
+                .any(|s| s.peer_fin == Some(3));
+            if request.len() == 3 && fin_in {
+                assert_eq!(sim.exit(0).write(e, b"200", now).unwrap(), 3);
+                sim.exit(0).release(e, now);
+                answered = true;
+            }
+        }
+        while sim.client(0).poll_event().is_some() {}
+        if !client_done {
+            let mut buf = [0u8; 16];
+            match sim.client(0).read(id, &mut buf).unwrap() {
+                ReadOutcome::Data(n) => response.extend_from_slice(&buf[..n]),
+                ReadOutcome::Finished => {
+                    client_done = true;
+                    sim.client(0).release(id, now);
+                }
+                ReadOutcome::Blocked => {}
+            }
+        }
+        if client_done && sim.client(0).stream_count() + sim.exit(0).stream_count() == 0 {
+            break;
+        }
+        assert!(sim.step());
+    }
+    assert_eq!((&request[..], &response[..]), (&b"GET"[..], &b"200"[..]));
+    assert_eq!(
+        sim.exit(0).stream_count(),
+        0,
+        "{}",
+        sim.exit(0).debug_streams()
+    );
+    assert_eq!(
+        sim.client(0).stream_count(),
+        0,
+        "{}",
+        sim.client(0).debug_streams()
+    );
+    // Nothing keeps the circuit busy any more: no liveness pings, every timer runs out.
+    let mut steps = 0;
+    while sim.step() {
+        steps += 1;
+        assert!(
+            steps < 1_000,
+            "timers still running: {:?}",
+            sim.client(0).stats()
+        );
+    }
 }
