@@ -13,7 +13,9 @@ use crate::{IntoTarget, NodeHandle, NyxStream};
 use nyx_overlay::circuit::CircuitHandle;
 use nyx_overlay::directory::{ExitPolicy, ExitTarget};
 use nyx_overlay::path::ExitRequirement;
-use nyx_overlay::stream::{MuxStats, ResetReason, Role, StreamConfig, StreamMux};
+use nyx_overlay::stream::{
+    MAX_OPEN_ATTEMPTS, MuxStats, ResetReason, Role, StreamConfig, StreamMux,
+};
 
 /// Streams in different groups never share a circuit (Tor's stream isolation): use one
 /// group per identity an application must keep unlinkable (per user, per SOCKS
@@ -42,7 +44,7 @@ pub(super) struct ClientStreams {
     /// Counters of circuits dropped from the pool, so that totals never go down.
     retired: std::sync::Mutex<MuxStats>,
     config: StreamConfig,
-    open_timeout: Duration,
+    pub(super) open_timeout: Duration,
 }
 
 impl ClientStreams {
@@ -96,12 +98,22 @@ impl NodeHandle {
     ) -> Result<NyxStream, Error> {
         let parsed = target.into_target()?;
         let text = parsed.to_string();
-        // A circuit that dies between the pool's check and the OPEN is retried once.
+        // Tor's rule: a stream the exit could not open for a reason of its own (or whose
+        // circuit ended) is tried again on another circuit, within the one open timeout.
+        let deadline = tokio::time::Instant::now() + self.streams.open_timeout;
+        let mut tried: Vec<Endpoint> = Vec::new();
         let mut last = Error::NodeStopped;
-        for _ in 0..2 {
-            let ep = self.circuit_for(group, &parsed).await?;
-            match self.open_on(ep, &text).await {
-                Err(e) if e.reset_reason() == Some(ResetReason::CircuitLost) => last = e,
+        for _ in 0..MAX_OPEN_ATTEMPTS {
+            let ep = self.circuit_for(group, &parsed, &tried).await?;
+            match self.open_on(ep.clone(), &text, deadline).await {
+                Err(e)
+                    if e.reset_reason().is_some_and(ResetReason::retry_elsewhere)
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tracing::debug!(reason = ?e.reset_reason(), "stream not opened; trying another circuit");
+                    tried.push(ep);
+                    last = e;
+                }
                 other => return other,
             }
         }
@@ -143,8 +155,15 @@ impl NodeHandle {
         Ok(ep)
     }
 
-    /// Open a stream to `target` on the circuit of `ep`.
-    pub(crate) async fn open_on(&self, ep: Endpoint, target: &str) -> Result<NyxStream, Error> {
+    /// Open a stream to `target` on the circuit of `ep`, waiting for the exit until
+    /// `deadline`. A circuit whose exit did not answer in time takes no new streams (it may
+    /// be stuck; Tor does the same).
+    pub(crate) async fn open_on(
+        &self,
+        ep: Endpoint,
+        target: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<NyxStream, Error> {
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut s = ep.lock();
@@ -154,23 +173,27 @@ impl NodeHandle {
             id
         };
         ep.notify.notify_one();
-        let stream = NyxStream::new(ep, id, Some(self.liveness.clone()));
-        match tokio::time::timeout(self.streams.open_timeout, rx).await {
+        let stream = NyxStream::new(ep.clone(), id, Some(self.liveness.clone()));
+        match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(Ok(()))) => Ok(stream),
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(Error::reset(ResetReason::CircuitLost)),
             Err(_) => {
                 stream.reset(ResetReason::Timeout);
+                ep.lock().expiring = true;
+                ep.notify.notify_one();
                 Err(Error::reset(ResetReason::Timeout))
             }
         }
     }
 
-    /// A usable circuit of `group` whose exit allows `target`, built if there is none.
+    /// A usable circuit of `group` whose exit allows `target`, other than those `tried`;
+    /// built if there is none.
     async fn circuit_for(
         &self,
         group: &IsolationGroup,
         target: &ExitTarget,
+        tried: &[Endpoint],
     ) -> Result<Endpoint, Error> {
         let max = self.streams.config.max_streams;
         let mut pool = self.streams.pool.lock().await;
@@ -191,10 +214,9 @@ impl NodeHandle {
                 .accumulate(&counters);
             false
         });
-        if let Some(p) = list
-            .iter()
-            .find(|p| p.policy.allows(target) && p.ep.usable(max))
-        {
+        if let Some(p) = list.iter().find(|p| {
+            p.policy.allows(target) && p.ep.usable(max) && !tried.iter().any(|t| t.same(&p.ep))
+        }) {
             return Ok(p.ep.clone());
         }
         let circuit = self

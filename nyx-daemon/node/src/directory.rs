@@ -73,7 +73,8 @@ impl NodeHandle {
     pub async fn directory_stream(&self, peer: DirectoryPeer) -> Result<NyxStream, Error> {
         let circuit = self.directory_circuit(peer).await?;
         let ep = self.start_endpoint(circuit)?;
-        let opened = self.open_on(ep.clone(), DIRECTORY_TARGET).await;
+        let deadline = tokio::time::Instant::now() + self.streams.open_timeout;
+        let opened = self.open_on(ep.clone(), DIRECTORY_TARGET, deadline).await;
         // The circuit is this stream's alone: it closes when the stream is done (or now,
         // if the relay refused it).
         ep.lock().expiring = true;

@@ -110,7 +110,9 @@ pub struct NodeSettings {
     pub exit_service: ExitServiceKind,
     /// Streams (both as a client and as an exit).
     pub streams: StreamConfig,
-    /// A client waits this long for the exit to connect a stream. Default 30 s.
+    /// A client waits this long for a stream to open, over every circuit it tries (an exit
+    /// that times out, is full or cannot reach the target is left for another circuit, up to
+    /// [`MAX_OPEN_ATTEMPTS`](nyx_overlay::stream::MAX_OPEN_ATTEMPTS)). Default 30 s.
     pub stream_open_timeout: Duration,
     /// An exit gives a target this long to resolve and accept. Default 10 s.
     pub exit_connect_timeout: Duration,

@@ -2,7 +2,7 @@
 //! real TCP servers on loopback: byte-exact echo of 32 MiB over several streams, the same
 //! under loss, reordering and duplication from the transport fault shim, a slow reader
 //! that stalls only itself, a middle relay stopped mid-transfer, exit policy and connect
-//! failures, and isolation groups.
+//! failures (and which of them are tried again on other circuits), and isolation groups.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,7 +15,7 @@ use nyx_node::{Error, ErrorKind};
 use nyx_node::{IsolationGroup, NodeHandle, NodeSettings, NyxStream};
 use nyx_overlay::directory::ExitPolicy;
 use nyx_overlay::path::PathError;
-use nyx_overlay::stream::{MuxStats, ResetReason};
+use nyx_overlay::stream::{MAX_OPEN_ATTEMPTS, MuxStats, ResetReason};
 use nyx_transport::fault::FaultConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -343,12 +343,17 @@ async fn exits_refuse_what_their_policy_denies_and_report_connect_failures() {
     let net = LocalTestnet::start(spec).await.unwrap();
     let client = client(&net);
     let echo = echo_server().await;
+    let built = async || client.stats().await.unwrap().overlay.circuits_built;
+    let before = built().await;
     match client.connect(("localhost", echo.port())).await {
         Err(e) if e.reset_reason() == Some(ResetReason::Policy) => {
             assert_eq!(e.kind(), ErrorKind::NotAllowed);
         }
         other => panic!("expected a policy reset, got {other:?}"),
     }
+    // Tor's rule: a refusal by the exit's policy is that exit's, so the stream was tried on
+    // fresh circuits until the attempts ran out (each exit refused here).
+    assert_eq!(built().await - before, MAX_OPEN_ATTEMPTS as u64);
     // An address no exit allows is refused before any circuit: no exit in the directory.
     match client.connect("10.1.2.3:80").await {
         Err(e @ Error::Overlay(nyx_overlay::Error::Path(PathError::NoExit { .. }))) => {
@@ -361,12 +366,15 @@ async fn exits_refuse_what_their_policy_denies_and_report_connect_failures() {
         let l = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
         l.local_addr().unwrap()
     };
+    let before = built().await;
     match client.connect(closed).await {
         Err(e) if e.reset_reason() == Some(ResetReason::Refused) => {
             assert_eq!(e.kind(), ErrorKind::TargetRefused);
         }
         other => panic!("expected refused, got {other:?}"),
     }
+    // What the target itself said is not tried again: a pooled circuit carried the one try.
+    assert_eq!(built().await, before);
     for bad in ["no-port", "localhost:0"] {
         match client.connect(bad).await {
             Err(e @ Error::Overlay(nyx_overlay::Error::BadTarget { .. })) => {
