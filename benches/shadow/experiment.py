@@ -80,6 +80,10 @@ def parse_args(argv):
     p.add_argument("--period-s", type=int, default=16, help="NyxNet authorities' voting period")
     p.add_argument("--parallelism", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--strace", action="store_true",
+                   help="log every process's system calls (slow; for debugging)")
+    p.add_argument("--pcap", action="store_true",
+                   help="capture the web server's packets (for debugging a TCP leg)")
     p.add_argument("--dir", default=os.path.join(ROOT, "target", "shadow", "experiment"))
     p.add_argument("--daemon", default=os.path.join(ROOT, "target", "release", "nyx-daemon"))
     p.add_argument("--tor", default=shutil.which("tor") or "/usr/sbin/tor")
@@ -172,6 +176,13 @@ def shadow_yaml(args, hosts, start_s):
         "network": {"graph": {"type": "gml", "inline": graph(args)}},
         "hosts": hosts,
     }
+    if args.strace:
+        # Every system call of every process, per process (Shadow's strace log): what
+        # a socket returned and when, for debugging a stall.
+        config["experimental"] = {"strace_logging_mode": "standard"}
+    if args.pcap:
+        # The web server's packets (eth0.pcap in its host directory): the TCP legs.
+        hosts["server"]["host_options"] = {"pcap_enabled": True}
     return json.dumps(config, indent=1)
 
 

@@ -102,6 +102,18 @@ def recv_exact(s, n):
     return data
 
 
+def expected_length(data):
+    """Header block plus Content-Length once the headers are in, else None."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    for line in bytes(data[:end]).split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == b"content-length" and value.strip().isdigit():
+            return end + 4 + int(value.strip())
+    return float("inf")
+
+
 def download(socks, target, name):
     """GET /NAME: (body, connect_s, ttfb_s, transfer_s)."""
     s, connect_s = socks_connect(socks, target)
@@ -111,7 +123,13 @@ def download(socks, target, name):
         first = None
         last = None
         data = bytearray()
-        while True:
+        # Like curl and browsers, the download is complete once Content-Length bytes of body
+        # arrived; only a response without a length is read to the end of the stream. (Shadow
+        # 3.3's TCP sometimes never sends the web server's FIN after close(): its packet
+        # capture shows every byte acknowledged and no FIN, so a reader that waits for the
+        # end of the stream would wait for good.)
+        want = None
+        while want is None or len(data) < want:
             chunk = s.recv(1 << 16)
             if not chunk:
                 break
@@ -120,6 +138,8 @@ def download(socks, target, name):
                 first = now
             last = now
             data += chunk
+            if want is None:
+                want = expected_length(data)
     finally:
         s.close()
     head, _, body = bytes(data).partition(b"\r\n\r\n")
