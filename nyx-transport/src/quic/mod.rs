@@ -28,11 +28,13 @@ use crate::Error;
 use crate::identity_tls::{Refusal, client_config_reporting, peer_node_id, server_config};
 use crate::socket::{DatagramSocket, QuinnSocket, SocketMode};
 
+mod congestion;
 mod control;
 mod link;
 mod table;
 
 pub use crate::control::{MAX_CONTROL_IN_FLIGHT, MAX_CONTROL_LEN};
+pub use congestion::{CIRCUITS_ONLY_WINDOW, CircuitsOnly, CircuitsOnlyConfig};
 pub use control::{CHUNK_HEADER, CONTROL_MARK, ControlDatagram, QuicControl, is_control};
 pub use link::{LinkCounters, QuicLink};
 use table::LinkTable;
@@ -50,7 +52,7 @@ pub struct QuicConfig {
     /// Default 4 MiB.
     pub datagram_receive_buffer: usize,
     /// The link's congestion controller. Cells ride DATAGRAM frames, which quinn paces by
-    /// it. Default [`QuicCongestion::Bbr`].
+    /// it. Default [`QuicCongestion::CircuitsOnly`].
     pub congestion: QuicCongestion,
     /// Which incoming attempts get a handshake (Retry under load, per-source limits).
     pub admission: AdmissionConfig,
@@ -71,12 +73,14 @@ pub struct QuicConfig {
 /// Which congestion controller quinn runs on a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QuicCongestion {
-    /// Model-based (bandwidth and RTT): random loss does not shrink the window. The default:
-    /// the circuits above already adapt to the path end to end, and their FEC makes random
-    /// loss cheap, so the link must not collapse on it. Measured on a 5-node testnet with
-    /// 20% path loss, an 8 MiB echo took 15.9 s with Cubic and about 1 s with BBR (as over
-    /// the UDP transport, which has no link congestion control).
+    /// None of its own ([`CircuitsOnly`]): the circuits above already adapt to the path end
+    /// to end, and their FEC makes random loss cheap, so the link neither holds cells back
+    /// nor drops them from a full send buffer. The UDP transport behaves the same.
     #[default]
+    CircuitsOnly,
+    /// Model-based (bandwidth and RTT): random loss does not shrink the window. Measured on
+    /// a 5-node testnet with 20% path loss, an 8 MiB echo took 15.9 s with Cubic and about
+    /// 1 s with BBR (as over the UDP transport, which has no link congestion control).
     Bbr,
     /// Loss-based (RFC 9438), quinn's own default.
     Cubic,
@@ -88,7 +92,7 @@ impl Default for QuicConfig {
             idle_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(10),
             datagram_receive_buffer: 4 << 20,
-            congestion: QuicCongestion::Bbr,
+            congestion: QuicCongestion::CircuitsOnly,
             admission: AdmissionConfig::default(),
             socket: SocketMode::Auto,
             pad_to: nyx_crypto::onion::CELL_LEN + 4,
@@ -385,6 +389,9 @@ fn transport(config: &QuicConfig) -> Result<quinn::TransportConfig, Error> {
     t.datagram_receive_buffer_size(Some(config.datagram_receive_buffer));
     t.datagram_send_buffer_size(config.datagram_receive_buffer);
     match config.congestion {
+        QuicCongestion::CircuitsOnly => {
+            t.congestion_controller_factory(Arc::new(CircuitsOnlyConfig));
+        }
         QuicCongestion::Bbr => {
             t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
         }
