@@ -219,12 +219,21 @@ impl NodeHandle {
         }) {
             return Ok(p.ep.clone());
         }
+        // Build without holding the pool: a build takes round trips, and streams of other
+        // groups (or of this one, on circuits it has) need not wait for it.
+        drop(pool);
         let circuit = self
             .build_circuit(ExitRequirement::Target(target.clone()))
             .await?;
         let pooled = self.pool_circuit(circuit)?;
         let ep = pooled.ep.clone();
-        list.push(pooled);
+        self.streams
+            .pool
+            .lock()
+            .await
+            .entry(group.clone())
+            .or_default()
+            .push(pooled);
         Ok(ep)
     }
 }
