@@ -1,6 +1,11 @@
 //! The Prometheus endpoint over real TCP: raw HTTP/1.1 requests against a server on
-//! 127.0.0.1 with a snapshot source of known numbers.
+//! 127.0.0.1 with a snapshot source of known numbers; then a real Prometheus server
+//! scraping a running daemon (tests/telemetry/scrape.rs).
 #![allow(clippy::unwrap_used)]
+
+#[path = "telemetry/scrape.rs"]
+mod scrape;
+mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,11 +32,17 @@ struct Server {
 }
 
 async fn start(config: PrometheusConfig) -> Server {
+    start_slow(config, Duration::ZERO).await
+}
+
+/// A server whose snapshots take `delay` to come.
+async fn start_slow(config: PrometheusConfig, delay: Duration) -> Server {
     let scrapes = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&scrapes);
     let source = snapshot_source(move || {
         let scrape = counter.fetch_add(1, Ordering::Relaxed) + 1;
         async move {
+            tokio::time::sleep(delay).await;
             let mut node = NodeStats::default();
             node.overlay.relayed_forward = 7;
             node.overlay.relayed_backward = 8;
@@ -193,13 +204,70 @@ async fn wrong_paths_methods_and_heads_get_error_statuses() {
     let (status, _, _) = request(server.addr, b"hello there\r\n\r\n").await;
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
 
+    // A head over the limit, finished or not, is refused without a snapshot.
     let mut big = b"GET /metrics HTTP/1.1\r\n".to_vec();
     big.extend(std::iter::repeat_n(b'a', 2048));
+    let (status, _, _) = request(server.addr, &big).await;
+    assert_eq!(status, "HTTP/1.1 431 Request Header Fields Too Large");
+    let mut big = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 600));
+    big.extend(b"\r\n\r\n");
     let (status, _, _) = request(server.addr, &big).await;
     assert_eq!(status, "HTTP/1.1 431 Request Header Fields Too Large");
 
     // None of these asked for a snapshot.
     assert_eq!(server.scrapes.load(Ordering::Relaxed), 0);
+
+    // A head within the limit is answered.
+    let mut fits = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+    fits.extend(std::iter::repeat_n(b'a', 300));
+    fits.extend(b"\r\n\r\n");
+    let (status, _, _) = request(server.addr, &fits).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+}
+
+/// A snapshot slower than the write timeout: the connection is closed without an answer.
+#[tokio::test]
+async fn a_response_not_ready_in_time_is_dropped() {
+    let server = start_slow(
+        PrometheusConfig {
+            write_timeout: Duration::from_millis(200),
+            ..PrometheusConfig::default()
+        },
+        Duration::from_secs(30),
+    )
+    .await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(GUARD, s.read_to_end(&mut buf))
+        .await
+        .unwrap();
+    assert!(read.is_err() || read.unwrap() == 0);
+    assert!(buf.is_empty(), "{}", String::from_utf8_lossy(&buf));
+    assert_eq!(server.scrapes.load(Ordering::Relaxed), 1);
+}
+
+/// With every slot taken, a new client waits (unanswered) until a slot is freed.
+#[tokio::test]
+async fn connections_over_the_cap_wait_for_a_slot() {
+    let server = start(PrometheusConfig {
+        max_connections: 1,
+        ..PrometheusConfig::default()
+    })
+    .await;
+    let mut holder = TcpStream::connect(server.addr).await.unwrap();
+    holder.write_all(b"GET /met").await.unwrap();
+    let waiting = tokio::spawn(request(server.addr, b"GET /metrics HTTP/1.1\r\n\r\n"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "served while the only slot was taken"
+    );
+    assert_eq!(server.scrapes.load(Ordering::Relaxed), 0);
+    drop(holder);
+    let (status, _, _) = tokio::time::timeout(GUARD, waiting).await.unwrap().unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
 }
 
 #[tokio::test]

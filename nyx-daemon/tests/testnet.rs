@@ -224,6 +224,35 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
         }
     }
     assert!(body_of(&response) == file.as_slice());
+
+    // The histograms saw those circuits and streams: the three curl fetches (each had its
+    // first byte before curl ended) and this one, 3 MiB received by each file fetch.
+    let mut m = std::collections::HashMap::new();
+    for _ in 0..50 {
+        m = c
+            .get_metrics(pb::GetMetricsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .values;
+        if m.get("nyx_stream_duration_seconds_count") >= Some(&4.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let value = |key: &str| *m.get(key).unwrap_or_else(|| panic!("{key} missing: {m:?}"));
+    assert!(value("nyx_circuit_build_seconds_count") >= 3.0, "{m:?}");
+    assert!(value("nyx_circuit_build_seconds_sum") > 0.0, "{m:?}");
+    assert!(value("nyx_stream_first_byte_seconds_count") >= 4.0, "{m:?}");
+    assert!(value("nyx_stream_duration_seconds_count") >= 4.0, "{m:?}");
+    let received = value("nyx_stream_bytes_sum{direction=\"received\"}");
+    assert!(received >= 3.0 * file.len() as f64, "{m:?}");
+    let big = value("nyx_stream_bytes_bucket{direction=\"received\",le=\"4194304\"}")
+        - value("nyx_stream_bytes_bucket{direction=\"received\",le=\"524288\"}");
+    assert!(
+        big >= 3.0,
+        "the file fetches are between 512 KiB and 4 MiB: {m:?}"
+    );
     let err = c
         .open_stream(tokio_stream::iter(vec![pb::StreamRequest {
             msg: Some(pb::stream_request::Msg::Open(pb::OpenTarget {

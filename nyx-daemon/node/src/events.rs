@@ -24,6 +24,9 @@ pub enum NodeEvent {
         circuit: CircuitHandle,
         /// Its relays, entry first.
         path: Vec<NodeId>,
+        /// From the request to the circuit being built, every attempt included (for
+        /// build-time metrics).
+        build_time: Duration,
     },
     /// An attempt to build a circuit failed (another path may be tried).
     CircuitFailed {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
 use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, node_settings};
-use nyx_node::{Circuit, CircuitMessage, Node, NodeSettings};
+use nyx_node::{Circuit, CircuitMessage, Node, NodeEvent, NodeSettings};
 use nyx_overlay::circuit::OverlayConfig;
 use nyx_overlay::path::ExitRequirement;
 use nyx_transport::fault::WireTap;
@@ -100,8 +100,29 @@ async fn echo(circuit: &mut Circuit, payload: &[u8]) {
 
 async fn round_trips(transport: TransportKind, net: u8) {
     let t = testnet(transport, net, 6, None).await;
+    let mut events = t.node(0).handle().subscribe();
+    let asked = std::time::Instant::now();
     let mut c = t.circuit(0).await;
+    let waited = asked.elapsed();
     assert_eq!(c.path().len(), 3);
+    // The event reports the build with how long it took, within what the caller waited.
+    let build_time = loop {
+        match events.recv().await.unwrap() {
+            NodeEvent::CircuitBuilt {
+                circuit,
+                path,
+                build_time,
+            } => {
+                assert_eq!((circuit, path.as_slice()), (c.handle(), c.path()));
+                break build_time;
+            }
+            _ => continue,
+        }
+    };
+    assert!(
+        build_time > Duration::ZERO && build_time <= waited,
+        "{build_time:?} of {waited:?}"
+    );
     assert!(
         !c.path().contains(&t.ids[0]),
         "the client is never on its own path"

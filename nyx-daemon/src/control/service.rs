@@ -484,7 +484,7 @@ impl ControlService {
             ..Default::default()
         };
         let kind = match event {
-            NodeEvent::CircuitBuilt { circuit, path } => {
+            NodeEvent::CircuitBuilt { circuit, path, .. } => {
                 e.circuit_id = circuit.id();
                 e.hops = self.hops(&path, &self.state.directory());
                 pb::EventKind::CircuitBuilt

@@ -250,6 +250,12 @@ impl Daemon {
                     .await;
             }));
         }
+        tasks.push(tokio::spawn(
+            crate::telemetry::histogram::record_circuit_builds(
+                node.handle().subscribe(),
+                state.circuit_builds.clone(),
+            ),
+        ));
         tasks.push(keeper::spawn_keeper(
             state.clone(),
             node.handle().subscribe(),

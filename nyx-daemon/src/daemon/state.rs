@@ -15,7 +15,10 @@ use super::files;
 use super::stream_registry::StreamRegistry;
 use crate::Error;
 use crate::socks::SocksCounters;
-use crate::telemetry::{ExtraMetric, MetricsSnapshot, render_prometheus};
+use crate::telemetry::histogram::{CIRCUIT_BUILD_HELP, CIRCUIT_BUILD_SECONDS, LATENCY_SECONDS};
+use crate::telemetry::{
+    ExtraMetric, Histogram, MetricsSnapshot, process_metrics, render_prometheus,
+};
 use nyx_node::{NodeHandle, unix_now};
 use nyx_overlay::directory::{Descriptor, DescriptorBuilder, Directory};
 
@@ -59,6 +62,8 @@ pub struct DaemonState {
     pub streams: StreamRegistry,
     /// When the daemon started.
     pub started: Instant,
+    /// How long this node's circuits took to build (fed from its events).
+    pub circuit_builds: Arc<Histogram>,
     config_path: Option<PathBuf>,
     config: Mutex<DaemonConfig>,
     pub(super) directory: Mutex<Directory>,
@@ -130,6 +135,7 @@ impl DaemonState {
             endpoints: parts.endpoints,
             streams: StreamRegistry::default(),
             started: Instant::now(),
+            circuit_builds: Arc::new(Histogram::new(LATENCY_SECONDS)),
             config_path: parts.config_path,
             log_level: Mutex::new(parts.config.log.level.clone()),
             config: Mutex::new(parts.config),
@@ -244,11 +250,6 @@ impl DaemonState {
                     socks.succeeded,
                 ),
                 (
-                    "nyx_socks_failed_total",
-                    "SOCKS5 requests answered with a failure.",
-                    socks.failed_total(),
-                ),
-                (
                     "nyx_socks_malformed_total",
                     "SOCKS5 clients that broke the protocol.",
                     socks.malformed,
@@ -267,12 +268,28 @@ impl DaemonState {
             for (name, help, value) in counters {
                 extra.push(ExtraMetric::counter(name, help, value));
             }
+            for (reply, value) in socks.failures() {
+                extra.push(
+                    ExtraMetric::counter(
+                        "nyx_socks_failed_total",
+                        "SOCKS5 requests answered with a failure, by reply.",
+                        value,
+                    )
+                    .with_label("reply", reply),
+                );
+            }
             extra.push(ExtraMetric::gauge(
                 "nyx_socks_active",
                 "SOCKS5 connections open now.",
                 socks.active as f64,
             ));
         }
+        extra.extend(process_metrics());
+        snapshot.histograms = self.streams.histograms();
+        let builds = self
+            .circuit_builds
+            .snapshot(CIRCUIT_BUILD_SECONDS, CIRCUIT_BUILD_HELP);
+        snapshot.histograms.push(builds);
         snapshot
     }
 

@@ -2,10 +2,12 @@
 //! streams): listed and closed through the control API, counted for metrics.
 //!
 //! A stream is registered when it opens and leaves the registry when its [`StreamTicket`]
-//! is dropped. [`Counted`] counts an application connection's bytes on its ticket.
+//! is dropped. [`Counted`] counts an application connection's bytes on its ticket. The
+//! registry's [`StreamHistograms`] observe each stream's time to first byte (from the
+//! registration), and its bytes and duration when it leaves.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,8 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
+
+use crate::telemetry::{HistogramMetric, StreamHistograms};
 
 /// Who opened a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +66,8 @@ struct Entry {
     path: Vec<NodeId>,
     sent: AtomicU64,
     received: AtomicU64,
+    /// A byte came from the network (its time to first byte is observed).
+    first_byte: AtomicBool,
     close: watch::Sender<bool>,
 }
 
@@ -76,6 +82,7 @@ struct Registry {
     next: AtomicU64,
     streams: Mutex<BTreeMap<u64, Arc<Entry>>>,
     opened_total: AtomicU64,
+    histograms: StreamHistograms,
 }
 
 impl StreamRegistry {
@@ -90,6 +97,7 @@ impl StreamRegistry {
             path,
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
+            first_byte: AtomicBool::new(false),
             close,
         });
         if let Ok(mut map) = self.inner.streams.lock() {
@@ -146,6 +154,11 @@ impl StreamRegistry {
     pub fn opened_total(&self) -> u64 {
         self.inner.opened_total.load(Ordering::Relaxed)
     }
+
+    /// The distributions of the streams that sent a first byte or ended.
+    pub fn histograms(&self) -> Vec<HistogramMetric> {
+        self.inner.histograms.snapshot()
+    }
 }
 
 /// A registered stream; dropping it removes the stream from the registry.
@@ -170,6 +183,10 @@ impl StreamTicket {
     /// Count bytes received from the network.
     pub fn add_received(&self, n: usize) {
         self.entry.received.fetch_add(n as u64, Ordering::Relaxed);
+        if n > 0 && !self.entry.first_byte.swap(true, Ordering::Relaxed) {
+            let waited = self.entry.opened.elapsed();
+            self.registry.histograms.first_byte.observe_duration(waited);
+        }
     }
 
     /// Resolves when the operator closes the stream.
@@ -184,6 +201,11 @@ impl Drop for StreamTicket {
         if let Ok(mut map) = self.registry.streams.lock() {
             map.remove(&self.id);
         }
+        let (h, e) = (&self.registry.histograms, &self.entry);
+        h.duration.observe_duration(e.opened.elapsed());
+        h.sent.observe(e.sent.load(Ordering::Relaxed) as f64);
+        h.received
+            .observe(e.received.load(Ordering::Relaxed) as f64);
     }
 }
 
@@ -265,6 +287,35 @@ mod tests {
         assert_eq!(reg.open_count(), 1);
         assert_eq!(reg.opened_total(), 2);
         assert!(!reg.close(999));
+    }
+
+    /// The first received byte gives one time to first byte; the end gives the duration
+    /// and the bytes each way.
+    #[test]
+    fn tickets_feed_the_stream_histograms() {
+        let reg = StreamRegistry::default();
+        let count = |name: &str, direction: Option<&str>| {
+            reg.histograms()
+                .iter()
+                .find(|h| {
+                    h.name == name && direction.is_none_or(|d| h.labels.contains(&("direction", d)))
+                })
+                .map(|h| (h.count(), h.sum))
+                .unwrap()
+        };
+        let t = reg.register(StreamSource::Socks, "a:1", Vec::new());
+        t.add_sent(300);
+        t.add_received(0);
+        assert_eq!(count("nyx_stream_first_byte_seconds", None).0, 0);
+        t.add_received(5);
+        t.add_received(7);
+        assert_eq!(count("nyx_stream_first_byte_seconds", None).0, 1);
+        assert_eq!(count("nyx_stream_duration_seconds", None).0, 0);
+        drop(t);
+        assert_eq!(count("nyx_stream_duration_seconds", None).0, 1);
+        assert_eq!(count("nyx_stream_bytes", Some("sent")), (1, 300.0));
+        assert_eq!(count("nyx_stream_bytes", Some("received")), (1, 12.0));
+        assert_eq!(count("nyx_stream_first_byte_seconds", None).0, 1);
     }
 
     #[tokio::test]

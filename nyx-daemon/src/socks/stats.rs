@@ -44,6 +44,27 @@ impl SocksStats {
     pub fn failed_total(&self) -> u64 {
         self.failed.iter().sum()
     }
+
+    /// Requests answered with each failure, by a fixed name for its reply (the metrics'
+    /// `reply` label): `general_failure`, `not_allowed`, `network_unreachable`,
+    /// `host_unreachable`, `connection_refused`, `ttl_expired`, `command_not_supported`,
+    /// `address_type_not_supported`.
+    pub fn failures(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Reply::ALL.into_iter().filter_map(|reply| {
+            let name = match reply {
+                Reply::Succeeded => return None,
+                Reply::GeneralFailure => "general_failure",
+                Reply::NotAllowed => "not_allowed",
+                Reply::NetworkUnreachable => "network_unreachable",
+                Reply::HostUnreachable => "host_unreachable",
+                Reply::ConnectionRefused => "connection_refused",
+                Reply::TtlExpired => "ttl_expired",
+                Reply::CommandNotSupported => "command_not_supported",
+                Reply::AddressTypeNotSupported => "address_type_not_supported",
+            };
+            Some((name, self.failed_with(reply)))
+        })
+    }
 }
 
 /// A shared handle on a server's live counters (cheap to clone): read them with

@@ -5,6 +5,7 @@
 //! anything else per peer (docs/telemetry.md, "Privacy").
 
 use super::metrics::{Label, MetricKind, MetricsSnapshot};
+use super::transport_families::TRANSPORT_FAMILIES;
 
 /// Where a family's samples go: labels and value.
 pub(super) type Emit<'a> = &'a mut dyn FnMut(&'static [Label], f64);
@@ -37,12 +38,30 @@ pub(super) const LABEL_VALUES: &[(&str, &[&str])] = &[
             "circuit_rate",
             "queue_full",
             "no_link",
+            "no_buffer",
+            "evicted",
+            "idle",
+            "unconfirmed",
+            "closed",
+            "refused",
+            "retired",
         ],
     ),
     ("limit", &["link_cells", "circuit_cells", "creates"]),
     (
         "outcome",
-        &["answered", "refused", "rate_limited", "built", "failed"],
+        &[
+            "answered",
+            "refused",
+            "rate_limited",
+            "built",
+            "failed",
+            "completed",
+            "accepted",
+            "retry",
+            "source_rate",
+            "busy",
+        ],
     ),
     ("role", &["relayed", "own"]),
 ];
@@ -62,7 +81,8 @@ fn secs(d: std::time::Duration) -> f64 {
 
 use MetricKind::{Counter, Gauge};
 
-/// Every built-in family, in output order.
+/// The built-in families of the overlay and the streams, in output order ([`all`] adds
+/// the transport's).
 pub(super) const FAMILIES: &[FamilyDef] = &[
     FamilyDef {
         name: "nyx_uptime_seconds",
@@ -310,7 +330,12 @@ pub(super) const FAMILIES: &[FamilyDef] = &[
     },
 ];
 
+/// Every built-in family, in output order: these, then the transport's.
+pub(super) fn all() -> impl Iterator<Item = &'static FamilyDef> {
+    FAMILIES.iter().chain(TRANSPORT_FAMILIES)
+}
+
 /// The built-in family called `name`.
 pub(super) fn family(name: &str) -> Option<&'static FamilyDef> {
-    FAMILIES.iter().find(|f| f.name == name)
+    all().find(|f| f.name == name)
 }

@@ -1,17 +1,18 @@
 //! Metric snapshots and their rendering in the Prometheus text exposition format 0.0.4.
 //!
 //! What it is for: [`MetricsSnapshot`], one consistent copy of every counter the node keeps
-//! (overlay, streams, uptime, plus daemon-level [`ExtraMetric`]s such as SOCKS
-//! connections), and [`render_prometheus`], which turns it into the text a Prometheus server
-//! scrapes. The same families feed the OpenTelemetry instruments when OTLP export is on.
+//! (overlay, transport, streams, uptime, plus daemon-level [`ExtraMetric`]s such as SOCKS
+//! connections and [`HistogramMetric`]s), and [`render_prometheus`], which turns it into the
+//! text a Prometheus server scrapes. The same families, histograms excepted, feed the
+//! OpenTelemetry instruments when OTLP export is on.
 //!
 //! What it is not for: collecting the numbers (the node and the stream muxes count; the
 //! daemon asks them through a [`SnapshotSource`]) or serving them (see
 //! [`super::prometheus`]).
 //!
-//! Privacy: label values are `&'static str` everywhere, so no metric can be labelled with a
-//! node id, an address or a circuit id; the built-in families use only the values listed in
-//! docs/telemetry.md.
+//! Privacy: label values are `&'static str` everywhere (a histogram bucket's `le` is one of
+//! its fixed bounds), so no metric can be labelled with a node id, an address or a circuit
+//! id; the built-in families use only the values listed in docs/telemetry.md.
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -19,7 +20,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::families::{FAMILIES, family};
+use super::families::{all as all_families, family};
+use super::histogram::{HistogramMetric, render_histograms};
 use nyx_node::NodeStats;
 use nyx_overlay::stream::MuxStats;
 
@@ -117,8 +119,10 @@ pub struct MetricsSnapshot {
     pub streams: MuxStats,
     /// Time since the node started.
     pub uptime: Duration,
-    /// Daemon-level numbers (SOCKS, control API, ...).
+    /// Daemon-level numbers (SOCKS, control API, process, build, ...).
     pub extra: Vec<ExtraMetric>,
+    /// Distributions (circuit build times, application streams); Prometheus only.
+    pub histograms: Vec<HistogramMetric>,
 }
 
 impl MetricsSnapshot {
@@ -129,6 +133,7 @@ impl MetricsSnapshot {
             streams,
             uptime,
             extra: Vec::new(),
+            histograms: Vec::new(),
         }
     }
 }
@@ -151,26 +156,23 @@ where
 }
 
 /// The snapshot in the Prometheus text exposition format 0.0.4: for every family a
-/// `# HELP` and a `# TYPE` line, then its samples, one per line.
+/// `# HELP` and a `# TYPE` line, then its samples, one per line (histograms as
+/// `_bucket`, `_sum` and `_count` lines).
 pub fn render_prometheus(snapshot: &MetricsSnapshot) -> String {
     let mut out = String::with_capacity(8 * 1024);
-    for f in FAMILIES {
-        header(&mut out, f.name, f.help, f.kind);
+    for f in all_families() {
+        header(&mut out, f.name, f.help, f.kind.as_str());
         (f.samples)(snapshot, &mut |labels, value| {
             sample(&mut out, f.name, labels, value);
         });
     }
     render_extra(&mut out, &snapshot.extra);
+    render_histograms(&mut out, &snapshot.histograms);
     out
 }
 
 fn render_extra(out: &mut String, extra: &[ExtraMetric]) {
-    let mut done: Vec<&str> = Vec::new();
-    for (i, first) in extra.iter().enumerate() {
-        if done.contains(&first.name) {
-            continue;
-        }
-        done.push(first.name);
+    for (first, all) in families_of(extra, |m| m.name) {
         if !first.is_valid() {
             tracing::warn!(
                 name = first.name,
@@ -178,16 +180,28 @@ fn render_extra(out: &mut String, extra: &[ExtraMetric]) {
             );
             continue;
         }
-        header(out, first.name, first.help, first.kind);
-        for m in extra[i..].iter().filter(|m| m.name == first.name) {
-            if m.kind == first.kind && m.is_valid() {
-                sample(out, m.name, &m.labels, m.value);
-            }
+        header(out, first.name, first.help, first.kind.as_str());
+        for m in all.filter(|m| m.kind == first.kind && m.is_valid()) {
+            sample(out, m.name, &m.labels, m.value);
         }
     }
 }
 
-fn header(out: &mut String, name: &str, help: &str, kind: MetricKind) {
+/// The items grouped into families by name, in the order names first appear: the first
+/// item of each (its help and kind stand for the family), and all of its items.
+pub(super) fn families_of<T>(
+    items: &[T],
+    name: fn(&T) -> &'static str,
+) -> impl Iterator<Item = (&T, impl Iterator<Item = &T>)> {
+    items.iter().enumerate().filter_map(move |(i, first)| {
+        let family = name(first);
+        let seen = items[..i].iter().any(|m| name(m) == family);
+        (!seen).then(|| (first, items[i..].iter().filter(move |m| name(m) == family)))
+    })
+}
+
+/// The `# HELP` and `# TYPE` lines of a family of type `kind` (`counter`, `histogram`, ...).
+pub(super) fn header(out: &mut String, name: &str, help: &str, kind: &str) {
     out.push_str("# HELP ");
     out.push_str(name);
     out.push(' ');
@@ -201,15 +215,33 @@ fn header(out: &mut String, name: &str, help: &str, kind: MetricKind) {
     out.push_str("\n# TYPE ");
     out.push_str(name);
     out.push(' ');
-    out.push_str(kind.as_str());
+    out.push_str(kind);
     out.push('\n');
 }
 
-fn sample(out: &mut String, name: &str, labels: &[Label], value: f64) {
+/// One sample line.
+pub(super) fn sample(out: &mut String, name: &str, labels: &[Label], value: f64) {
+    sample_le(out, name, labels, None, value);
+}
+
+/// One sample line, with an `le` label last when given (a histogram bucket's bound: a
+/// number, so not a fixed-string [`Label`]).
+pub(super) fn sample_le(
+    out: &mut String,
+    name: &str,
+    labels: &[Label],
+    le: Option<&str>,
+    value: f64,
+) {
     out.push_str(name);
-    if !labels.is_empty() {
+    let le = le.map(|bound| ("le", bound));
+    if !labels.is_empty() || le.is_some() {
         out.push('{');
-        for (i, (k, v)) in labels.iter().enumerate() {
+        let all = labels
+            .iter()
+            .map(|&(k, v)| -> (&str, &str) { (k, v) })
+            .chain(le);
+        for (i, (k, v)) in all.enumerate() {
             if i > 0 {
                 out.push(',');
             }

@@ -45,6 +45,37 @@ fn known() -> MetricsSnapshot {
     m.in_flight = 12;
     m.srtt = Duration::from_millis(50);
     m.min_rtt = Duration::MAX;
+    s.node.udp = Some(nyx_transport::udp::UdpStats {
+        handshakes_ok: 31,
+        handshakes_failed: 32,
+        cookies_sent: 33,
+        rate_limited: 34,
+        hellos_refused: 35,
+        dropped_malformed: 36,
+        dropped_auth: 37,
+        dropped_no_buffer: 38,
+        dropped_no_link: 39,
+        links_evicted: 40,
+        links_idle_closed: 41,
+        links_unconfirmed_expired: 42,
+        links_closed: 43,
+        ..Default::default()
+    });
+    s.node.udp_socket = Some(nyx_transport::socket::SocketStats {
+        receive_errors: 44,
+        ..Default::default()
+    });
+    s
+}
+
+/// [`known`] as a QUIC node sees it: no UDP numbers, QUIC admission and link numbers.
+fn known_quic() -> MetricsSnapshot {
+    let mut s = known();
+    (s.node.udp, s.node.udp_socket) = (None, None);
+    let a = &mut s.node.quic_admission;
+    (a.accepted, a.retries, a.refused_source_rate, a.refused_busy) = (51, 52, 53, 54);
+    (s.node.quic_links.evicted, s.node.quic_links.refused) = (55, 56);
+    s.node.quic_links_retired = 57;
     s
 }
 
@@ -105,18 +136,33 @@ fn parse(text: &str) -> (Vec<Sample>, HashMap<String, String>) {
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap();
             assert!(helps.contains_key(name), "TYPE before HELP: {line}");
-            assert!(kind == "counter" || kind == "gauge", "{line}");
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
             assert!(
                 types.insert(name.to_owned(), kind.to_owned()).is_none(),
                 "{line}"
             );
         } else {
             let s = parse_sample(line).unwrap_or_else(|| panic!("malformed line {line:?}"));
-            assert!(types.contains_key(&s.0), "sample before its TYPE: {line}");
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    let base = s.0.strip_suffix(suffix)?;
+                    (types.get(base)? == "histogram").then_some(base)
+                })
+                .unwrap_or(&s.0);
+            assert!(types.contains_key(family), "sample before its TYPE: {line}");
             samples.push(s);
         }
     }
     (samples, types)
+}
+
+/// `text` has exactly this line.
+fn assert_line(text: &str, line: &str) {
+    assert!(
+        text.lines().any(|l| l == line),
+        "missing {line:?} in\n{text}"
+    );
 }
 
 #[test]
@@ -162,19 +208,50 @@ fn known_numbers_render_as_exact_lines() {
         "nyx_stream_min_rtt_seconds 0",
         "# TYPE nyx_uptime_seconds gauge",
         "nyx_uptime_seconds 90",
+        "# TYPE nyx_udp_datagrams_dropped_total counter",
+        "nyx_udp_datagrams_dropped_total{reason=\"malformed\"} 36",
+        "nyx_udp_datagrams_dropped_total{reason=\"unauthenticated\"} 37",
+        "nyx_udp_datagrams_dropped_total{reason=\"no_buffer\"} 38",
+        "nyx_udp_datagrams_dropped_total{reason=\"no_link\"} 39",
+        "nyx_udp_handshakes_total{outcome=\"completed\"} 31",
+        "nyx_udp_handshakes_total{outcome=\"failed\"} 32",
+        "nyx_udp_handshakes_total{outcome=\"rate_limited\"} 34",
+        "nyx_udp_handshakes_total{outcome=\"refused\"} 35",
+        "nyx_udp_cookie_challenges_total 33",
+        "nyx_udp_links_closed_total{reason=\"evicted\"} 40",
+        "nyx_udp_links_closed_total{reason=\"idle\"} 41",
+        "nyx_udp_links_closed_total{reason=\"unconfirmed\"} 42",
+        "nyx_udp_links_closed_total{reason=\"closed\"} 43",
+        "nyx_udp_receive_errors_total 44",
     ] {
-        assert!(
-            text.lines().any(|l| l == line),
-            "missing {line:?} in\n{text}"
-        );
+        assert_line(&text, line);
     }
+    // Over UDP the QUIC families have no samples, and the other way round.
+    assert!(!text.contains("\nnyx_quic_"), "{text}");
+    let quic = render_prometheus(&known_quic());
+    for line in [
+        "nyx_quic_connection_attempts_total{outcome=\"accepted\"} 51",
+        "nyx_quic_connection_attempts_total{outcome=\"retry\"} 52",
+        "nyx_quic_connection_attempts_total{outcome=\"source_rate\"} 53",
+        "nyx_quic_connection_attempts_total{outcome=\"busy\"} 54",
+        "nyx_quic_links_closed_total{reason=\"evicted\"} 55",
+        "nyx_quic_links_closed_total{reason=\"refused\"} 56",
+        "nyx_quic_links_closed_total{reason=\"retired\"} 57",
+    ] {
+        assert_line(&quic, line);
+    }
+    assert!(!quic.contains("\nnyx_udp_"), "{quic}");
+    assert!(quic.contains("# TYPE nyx_udp_cookie_challenges_total counter"));
 }
 
 #[test]
 fn output_is_well_formed_with_help_and_type_for_every_family() {
-    let (samples, types) = parse(&render_prometheus(&known()));
-    assert_eq!(types.len(), FAMILIES.len());
-    for f in FAMILIES {
+    let (mut samples, types) = parse(&render_prometheus(&known()));
+    let (quic, quic_types) = parse(&render_prometheus(&known_quic()));
+    assert_eq!(quic_types, types);
+    samples.extend(quic);
+    assert_eq!(types.len(), all_families().count());
+    for f in all_families() {
         assert_eq!(types.get(f.name).map(String::as_str), Some(f.kind.as_str()));
         assert!(
             samples.iter().any(|s| s.0 == f.name),
@@ -198,7 +275,8 @@ fn output_is_well_formed_with_help_and_type_for_every_family() {
 fn label_values_come_only_from_the_fixed_sets() {
     let mut s = known();
     s.streams.min_rtt = Duration::from_millis(3);
-    let (samples, _) = parse(&render_prometheus(&s));
+    let (mut samples, _) = parse(&render_prometheus(&s));
+    samples.extend(parse(&render_prometheus(&known_quic())).0);
     let allowed: HashMap<&str, &[&str]> = LABEL_VALUES.iter().copied().collect();
     let mut seen = 0;
     for (name, labels, _) in &samples {
@@ -254,7 +332,7 @@ fn extra_metrics_form_families_and_bad_ones_are_left_out() {
             "nyx_inf +Inf",
         ]
     );
-    assert_eq!(types.len(), FAMILIES.len() + 3);
+    assert_eq!(types.len(), all_families().count() + 3);
     assert_eq!(samples.iter().filter(|s| s.0 == "nyx_links").count(), 1);
     assert!(
         samples

@@ -10,22 +10,29 @@
 //!   from `log.log_sensitive`.
 //! * [`metrics`]: [`MetricsSnapshot`] and its Prometheus text rendering;
 //!   [`MetricsRecorder`] hands snapshots to the OTLP exporter.
-//! * [`prometheus`]: a small HTTP server for `GET /metrics`.
+//! * [`histogram`]: distributions (circuit build times, application streams).
+//! * [`process_metrics`]: `nyx_build_info` and the standard `process_*` metrics.
+//! * [`prometheus`]: the hyper server for `GET /metrics`.
 //!
-//! What it is not for: counting (the node and the stream muxes keep their own counters) or
-//! deciding what is logged where (each module logs; this one routes and filters). The
-//! metric names, log formats and privacy rules are described in docs/telemetry.md.
+//! What it is not for: counting (the node, the transport and the stream muxes keep their own
+//! counters; only the [`histogram`]s are filled here, from the daemon's streams and the
+//! node's events) or deciding what is logged where (each module logs; this one routes and
+//! filters). The metric names, log formats and privacy rules are described in
+//! docs/telemetry.md.
 //!
 //! A process has one global subscriber: [`Telemetry::init`] can succeed once. Tests and
 //! embedders that want the layers without installing them use [`Telemetry::build`] and
 //! `tracing::dispatcher::with_default`.
 
 mod families;
+pub mod histogram;
 mod log_filter;
 mod log_time;
 pub mod metrics;
 mod otel;
+mod process;
 pub mod prometheus;
+mod transport_families;
 
 use std::io::IsTerminal as _;
 use std::sync::{Mutex, PoisonError};
@@ -40,6 +47,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer, Registry, filter, reload};
 
 use crate::Error;
+pub use histogram::{Histogram, HistogramMetric, StreamHistograms};
 pub use log_filter::parse_log_filter;
 pub use metrics::{
     ExtraMetric, Label, MetricKind, MetricsSnapshot, SnapshotFuture, SnapshotSource,
@@ -47,6 +55,7 @@ pub use metrics::{
 };
 pub use otel::MetricsRecorder;
 use otel::OtelPipeline;
+pub use process::process_metrics;
 
 /// How long [`Telemetry::shutdown`] waits for the exporters to flush.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);

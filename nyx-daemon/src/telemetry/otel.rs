@@ -21,7 +21,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 
-use super::families::FAMILIES;
+use super::families;
 use super::metrics::{ExtraMetric, Label, MetricKind, MetricsSnapshot, SnapshotSource};
 use crate::Error;
 
@@ -120,7 +120,7 @@ impl MetricsRecorder {
     /// A recorder whose instruments live on `meter` (one per built-in family, created now).
     pub(super) fn new(meter: Meter) -> Self {
         let latest = Arc::new(Mutex::new(MetricsSnapshot::default()));
-        for f in FAMILIES {
+        for f in families::all() {
             let snapshot = Arc::clone(&latest);
             register(&meter, f.name, f.help, f.kind, move |observe| {
                 let s = snapshot.lock().unwrap_or_else(PoisonError::into_inner);

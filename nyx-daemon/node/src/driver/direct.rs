@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use nyx_core::NodeId;
+use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::kem::HybridPublicKey;
 use nyx_overlay::circuit::{CircuitHandle, DestroyReason, HopSpec};
 use tokio::sync::oneshot;
@@ -43,6 +43,8 @@ struct Pending {
     relay: NodeId,
     /// The address the relay must be at (a build by descriptor).
     advertised: Option<SocketAddr>,
+    /// When the build started.
+    started: Timestamp,
 }
 
 /// A directory circuit that waits for a link to its relay's advertised address.
@@ -145,6 +147,7 @@ impl Driver {
                     reply,
                     relay,
                     advertised,
+                    started: now,
                 };
                 self.direct.builds.insert(circuit, pending);
             }
@@ -199,6 +202,7 @@ impl Driver {
                         reply: probe.reply,
                         relay: peer,
                         advertised: Some(probe.advertised),
+                        started: now,
                     };
                     self.direct.builds.insert(circuit, pending);
                 }
@@ -237,7 +241,7 @@ impl Driver {
             let _ = pending.reply.send(Err(error.into()));
             return true;
         }
-        let handle = self.own_circuit(circuit);
+        let handle = self.own_circuit(circuit, pending.started);
         self.direct.built.insert(circuit);
         if let Err(Ok(mut unwanted)) = pending.reply.send(Ok(handle)) {
             // The requester left: close it here (dropping the handle would queue a close

@@ -117,7 +117,7 @@ impl Driver {
                 let id =
                     self.policy
                         .request(req, &mut self.overlay, &self.directory, now, unix_now());
-                self.requests.insert(id, reply);
+                self.requests.insert(id, (reply, now));
             }
             Command::BuildDirectory { peer, reply } => self.build_directory(*peer, reply),
             Command::Send { circuit, payload } => {

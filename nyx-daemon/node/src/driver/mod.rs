@@ -62,8 +62,8 @@ struct Driver {
     directory: Directory,
     /// Paths, attempts and blame for this node's circuit requests.
     policy: BuildPolicy,
-    /// Whom to answer for each request the policy serves.
-    requests: HashMap<BuildId, oneshot::Sender<Result<Circuit, Error>>>,
+    /// Whom to answer for each request the policy serves, and when it was made.
+    requests: HashMap<BuildId, (oneshot::Sender<Result<Circuit, Error>>, Timestamp)>,
     /// Shutting down: failures no longer start new attempts.
     stopping: bool,
     links: Links,

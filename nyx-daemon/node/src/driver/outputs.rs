@@ -3,7 +3,7 @@
 //! build policy's outcomes (answers to circuit requests).
 
 use bytes::Bytes;
-use nyx_core::NodeId;
+use nyx_core::{NodeId, Timestamp};
 use nyx_overlay::BuildOutcome;
 use nyx_overlay::circuit::{CircuitHandle, Event, ExitHandle, Output};
 use nyx_overlay::directory::ExitPolicy;
@@ -162,10 +162,10 @@ impl Driver {
     pub(super) fn build_outcome(&mut self, outcome: BuildOutcome) {
         match outcome {
             BuildOutcome::Built { id, circuit, .. } => {
-                let Some(reply) = self.requests.remove(&id) else {
+                let Some((reply, requested)) = self.requests.remove(&id) else {
                     return;
                 };
-                let handle = self.own_circuit(circuit);
+                let handle = self.own_circuit(circuit, requested);
                 if let Err(Ok(unwanted)) = reply.send(Ok(handle)) {
                     drop(unwanted); // the requester left: closing it tears it down
                 }
@@ -184,7 +184,7 @@ impl Driver {
                         reason: *reason,
                     });
                 }
-                if let Some(reply) = self.requests.remove(&id) {
+                if let Some((reply, _)) = self.requests.remove(&id) {
                     let _ = reply.send(Err(error.into()));
                 }
             }
@@ -192,21 +192,24 @@ impl Driver {
         }
     }
 
-    /// Start keeping a circuit just built for a request; the handle goes to the requester.
-    pub(super) fn own_circuit(&mut self, circuit: CircuitHandle) -> Circuit {
+    /// Start keeping a circuit just built for a request made at `requested`; the handle
+    /// goes to the requester.
+    pub(super) fn own_circuit(&mut self, circuit: CircuitHandle, requested: Timestamp) -> Circuit {
         let (tx, rx) = mpsc::channel(self.settings.circuit_queue);
         let path = self.overlay.path(circuit).unwrap_or_default();
+        let now = self.now();
         self.circuits.insert(
             circuit,
             OwnCircuit {
                 tx,
-                built_at: self.now(),
+                built_at: now,
                 path: path.clone(),
             },
         );
         let _ = self.events.send(NodeEvent::CircuitBuilt {
             circuit,
             path: path.clone(),
+            build_time: now.saturating_duration_since(requested),
         });
         let exit_policy = path
             .last()
