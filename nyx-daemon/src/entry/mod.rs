@@ -18,7 +18,8 @@
 //!   counters hold only counts and reasons.
 //!
 //! What it is not for: parsing. Each protocol's wire format is a sans-IO codec in its own
-//! module; its handshake reads with [`read_message`] and returns an [`Accepted`].
+//! module; its handshake reads with this module's `read_message` and returns what the
+//! client asked for.
 //!
 //! [`NyxStream`]: nyx_node::NyxStream
 //! [`NodeHandle::connect_isolated`]: nyx_node::NodeHandle::connect_isolated

@@ -17,7 +17,7 @@
 //!   once the stream is open.
 //! * Isolation: `Proxy-Authorization: Basic` credentials select the isolation group exactly
 //!   as the same username/password pair does through SOCKS5
-//!   ([`isolation_group`](crate::socks::isolation_group)); without the header, the default
+//!   ([`crate::socks::isolation_group`]); without the header, the default
 //!   group. Any credentials are accepted: they are a label, not a secret check.
 //! * Failures are answered with the status of [`status_for`] (the table is in
 //!   `docs/http-connect.md`).
