@@ -230,7 +230,7 @@ async fn a_socks_client_fetches_a_file_byte_exact_by_ipv4_and_by_host_name() {
     let target = format!("127.0.0.1:{}", f.http.port());
     let (conn, head) = timeout(
         LONG,
-        entries::connect_open(f.tunnel.local_addr(), &target, "", GET),
+        entries::connect_open(f.tunnel.local_addr(), &target, GET),
     )
     .await
     .unwrap();
@@ -499,7 +499,7 @@ async fn bad_clients_get_their_answer_and_the_server_keeps_serving() {
     assert_eq!(status_of(answer), "HTTP/1.1 502 Bad Gateway");
     let small = format!("127.0.0.1:{}", f.http.port());
     let small_get = b"GET /small HTTP/1.0\r\n\r\n";
-    let (mut conn, head) = timeout(LONG, entries::connect_open(tunnel, &small, "", small_get))
+    let (mut conn, head) = timeout(LONG, entries::connect_open(tunnel, &small, small_get))
         .await
         .unwrap();
     assert!(head.starts_with("HTTP/1.1 200 "), "{head}");

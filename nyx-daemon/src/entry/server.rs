@@ -23,7 +23,6 @@ use nyx_overlay::stream::ResetReason;
 /// A running entry server. Dropping it stops it too (without waiting).
 #[derive(Debug)]
 pub struct EntryServer {
-    protocol: Protocol,
     local_addr: SocketAddr,
     counters: EntryCounters,
     stop: Option<oneshot::Sender<()>>,
@@ -78,17 +77,11 @@ impl EntryServer {
             },
         ));
         Ok(EntryServer {
-            protocol,
             local_addr,
             counters,
             stop: Some(stop),
             task: Some(task),
         })
-    }
-
-    /// The protocol it serves.
-    pub fn protocol(&self) -> Protocol {
-        self.protocol
     }
 
     /// The address it listens on.

@@ -1,7 +1,7 @@
 //! Clients of the entries for tests/socks.rs, written from the protocols' specifications
 //! independently of the daemon's codecs: SOCKS4 and SOCKS4a, HTTP CONNECT, curl, and
 //! headless Chromium when it is installed.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -46,24 +46,16 @@ pub(crate) async fn socks4_open(
     (conn, reply[1])
 }
 
-/// The `Proxy-Authorization` line for Basic credentials `user:pass` (RFC 7617).
-pub(crate) fn basic(user: &str, pass: &str) -> String {
-    use base64::Engine;
-    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
-    format!("Proxy-Authorization: Basic {token}\r\n")
-}
-
-/// Send `CONNECT target HTTP/1.1` with `headers` (whole lines) followed by `early` bytes in
-/// one write, and read the response head (byte by byte: what follows is the tunnel's).
+/// Send `CONNECT target HTTP/1.1` (with a `Host` header) followed by `early` bytes in one
+/// write, and read the response head (byte by byte: what follows is the tunnel's).
 /// Returns the connection and the head.
 pub(crate) async fn connect_open(
     proxy: SocketAddr,
     target: &str,
-    headers: &str,
     early: &[u8],
 ) -> (TcpStream, String) {
     let mut conn = TcpStream::connect(proxy).await.unwrap();
-    let head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{headers}\r\n");
+    let head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
     conn.write_all(&[head.as_bytes(), early].concat())
         .await
         .unwrap();
