@@ -133,6 +133,9 @@ pub enum SocksError {
     /// A request for port 0.
     #[error("port 0 requested")]
     ZeroPort,
+    /// A SOCKS4 request for the address 0.0.0.0.
+    #[error("SOCKS4 address 0.0.0.0 requested")]
+    UnspecifiedAddress,
     /// A SOCKS4 user id longer than [`MAX_USERID_LEN`](super::proto4::MAX_USERID_LEN) bytes.
     #[error("SOCKS4 user id longer than 255 bytes")]
     UserIdTooLong,

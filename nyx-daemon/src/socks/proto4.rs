@@ -50,7 +50,7 @@ impl fmt::Debug for Request4 {
 }
 
 /// Parse a request: `VN=4 CD DSTPORT(2) DSTIP(4) USERID NUL`, and for SOCKS4a (DSTIP
-/// `0.0.0.x`, `x` ≠ 0) then `HOST NUL`. Only CONNECT is accepted. Errors are reported as
+/// `0.0.0.x`, `x` ≠ 0) then `HOST NUL`. Only CONNECT is accepted, and not to `0.0.0.0`. Errors are reported as
 /// soon as the offending byte arrives, and a user id or host name without its NUL is
 /// refused once it is longer than allowed: a request is at most 518 bytes, and a caller
 /// never buffers more than that plus one read.
@@ -68,6 +68,10 @@ pub fn parse_request(buf: &[u8]) -> Parsed<Request4> {
     let Some(&[a, b, c, d]) = buf.get(4..8) else {
         return Ok(None);
     };
+    if [a, b, c, d] == [0; 4] {
+        // Neither an address to connect to nor SOCKS4a's marker (Tor refuses it too).
+        return Err(SocksError::UnspecifiedAddress);
+    }
     let Some((userid, after_user)) =
         nul_terminated(&buf[8..], MAX_USERID_LEN, SocksError::UserIdTooLong)?
     else {

@@ -46,17 +46,12 @@ fn socks4_and_socks4a_requests_parse_to_exit_targets() {
     assert_eq!(r.userid, b"alice");
     let shown = format!("{r:?}");
     assert!(!shown.contains("alice"), "Debug shows the user id: {shown}");
-    // 0.0.0.x with x = 255 is SOCKS4a too; 0.0.0.0 is not (an address, no name follows).
+    // 0.0.0.x with x = 255 is SOCKS4a too.
     let r = check_prefixes(
         &request4(CMD_CONNECT, 1, [0, 0, 0, 255], b"u", Some(b"::1")),
         parse_request,
     );
     assert_eq!(r.target.to_string(), "[::1]:1");
-    let r = check_prefixes(
-        &request4(CMD_CONNECT, 1, [0, 0, 0, 0], b"", None),
-        parse_request,
-    );
-    assert_eq!(r.target.to_string(), "0.0.0.0:1");
     // The longest user id and name.
     let name = "a".repeat(MAX_HOST_LEN);
     let long = vec![0xab; MAX_USERID_LEN];
@@ -75,6 +70,11 @@ fn each_malformed_socks4_request_gets_its_error_and_reply_91() {
         (vec![4, CMD_BIND], SocksError::UnsupportedCommand { cmd: 2 }),
         (vec![4, 9], SocksError::UnsupportedCommand { cmd: 9 }),
         (vec![4, 1, 0, 0], SocksError::ZeroPort),
+        // 0.0.0.0 is neither an address nor SOCKS4a's marker (Tor refuses it too).
+        (
+            vec![4, 1, 0, 80, 0, 0, 0, 0],
+            SocksError::UnspecifiedAddress,
+        ),
         (
             request4(CMD_CONNECT, 80, [1, 2, 3, 4], &[b'u'; 256], None),
             SocksError::UserIdTooLong,
@@ -172,7 +172,7 @@ async fn the_first_byte_picks_socks4_which_keeps_pipelined_data() {
 
 fn target4() -> impl Strategy<Value = (TargetAddr, Vec<u8>)> {
     let ip = (any::<u32>(), 1..=u16::MAX)
-        .prop_filter("not a SOCKS4a address", |(ip, _)| *ip == 0 || *ip > 255)
+        .prop_filter("not 0.0.0.0 nor a SOCKS4a address", |(ip, _)| *ip > 255)
         .prop_map(|(ip, port)| TargetAddr::Ip(SocketAddr::from((Ipv4Addr::from(ip), port))));
     let host = ("[a-zA-Z0-9.-]{1,253}", 1..=u16::MAX)
         .prop_map(|(host, port)| TargetAddr::Domain { host, port });
