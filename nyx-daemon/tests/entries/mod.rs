@@ -1,7 +1,10 @@
-//! Clients of the entries for tests/socks.rs, written from the protocols' specifications
-//! independently of the daemon's codecs: SOCKS4 and SOCKS4a, HTTP CONNECT, curl, and
-//! headless Chromium when it is installed.
+//! For tests/socks.rs: the network its tests share ([`fixture`]), and clients of the
+//! entries written from the protocols' specifications independently of the daemon's
+//! codecs: SOCKS5 (in `fixture`), SOCKS4 and SOCKS4a, HTTP CONNECT, curl, and headless
+//! Chromium when it is installed.
 #![allow(clippy::unwrap_used)]
+
+pub(crate) mod fixture;
 
 use std::net::SocketAddr;
 use std::process::Command;
