@@ -151,8 +151,9 @@ async fn distinct_credentials_get_distinct_circuits_and_equal_ones_share_one() {
     // SOCKS5 pair's group, a SOCKS4 user id a group of its own, none the default group.
     // (The circuits stay pooled after curl's streams end.)
     let tunnel = format!("http://{}", f.tunnel.local_addr());
-    let socks4a = format!("socks4a://alice@{proxy}");
-    let socks4 = format!("socks4://{proxy}");
+    let socks = proxy.to_string();
+    // curl sends the user of --proxy-user as the SOCKS4 user id.
+    let socks4a_alice = vec!["--socks4a", &socks, "--proxy-user", "alice:pw"];
     let via_tunnel = |user: Option<&'static str>| {
         let mut args = vec!["--proxy", tunnel.as_str(), "--proxytunnel"];
         args.extend(user.map(|u| ["--proxy-user", u]).into_iter().flatten());
@@ -184,23 +185,18 @@ async fn distinct_credentials_get_distinct_circuits_and_equal_ones_share_one() {
             "no credentials: the default group's",
         ),
         (
-            vec!["--proxy", &socks4a],
+            socks4a_alice.clone(),
             "/small",
             7,
             "SOCKS4 alice is not SOCKS5 alice",
         ),
         (
-            vec!["--proxy", &socks4],
+            vec!["--socks4", &socks],
             "/small",
             7,
             "an empty user id: the default group's",
         ),
-        (
-            vec!["--proxy", &socks4a],
-            "/small",
-            7,
-            "SOCKS4 alice again: shared",
-        ),
+        (socks4a_alice, "/small", 7, "SOCKS4 alice again: shared"),
     ];
     for (args, path, circuits, why) in steps {
         let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
