@@ -198,6 +198,9 @@ async fn handle(
                 c.count(Event::Replied(reply));
             }
             tracing::debug!(entry, %reason, "handshake refused");
+            if protocol == Protocol::HttpConnect && replied.is_some() {
+                crate::http_connect::drain_refused(&mut conn).await;
+            }
             return;
         }
         Ok(Err(HandshakeError::Gone)) => {

@@ -80,10 +80,6 @@ where
                 .write_all(&proto::encode_response(error.status()))
                 .await;
             let _ = conn.shutdown().await;
-            // Read what the client still sends (a head too large, a body) for a moment: a
-            // close with unread bytes would reset the connection, and the client might lose
-            // the answer.
-            let _ = tokio::time::timeout(LINGER, discard(conn, MAX_DISCARD)).await;
             return Err(HandshakeError::Protocol {
                 reason: error.to_string(),
                 replied: Some(error.reply()),
@@ -103,14 +99,21 @@ const LINGER: Duration = Duration::from_secs(1);
 /// How many of them, at most.
 const MAX_DISCARD: usize = 64 * 1024;
 
-/// Read and discard until end of file, an error, or `max` bytes.
-async fn discard<S: AsyncRead + Unpin>(conn: &mut S, max: usize) {
-    let mut chunk = [0u8; 4096];
-    let mut total = 0;
-    while total < max {
-        match conn.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => total += n,
+/// After a refusal (answered, the write side shut down): read and discard what the client
+/// still sends (a head too large, a body) until it closes, for at most [`LINGER`] and
+/// [`MAX_DISCARD`] bytes. A close with unread bytes would reset the connection, and the
+/// client might lose the answer. The entry server calls it once the refusal is counted,
+/// outside the handshake timeout.
+pub(crate) async fn drain_refused<S: AsyncRead + Unpin>(conn: &mut S) {
+    let drain = async {
+        let mut chunk = [0u8; 4096];
+        let mut total = 0;
+        while total < MAX_DISCARD {
+            match conn.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => total += n,
+            }
         }
-    }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }

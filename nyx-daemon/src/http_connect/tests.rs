@@ -262,7 +262,7 @@ async fn the_handshake_keeps_early_data_and_isolates_like_socks5() {
 }
 
 #[tokio::test]
-async fn refused_heads_are_answered_and_the_rest_is_read() {
+async fn refused_heads_are_answered_with_their_status() {
     let (outcome, written) = run_handshake(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
     assert!(outcome.unwrap_err().ends_with("Some(CommandNotSupported)"));
     assert_eq!(written, encode_response(Status::MethodNotAllowed));
