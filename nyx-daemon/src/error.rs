@@ -88,17 +88,17 @@ pub enum Error {
     /// A SOCKS5 client sent something the proxy cannot accept.
     #[error("socks5: {0}")]
     Socks(#[from] crate::socks::SocksError),
-    /// The SOCKS5 listener failed.
-    #[error("socks5 listener: {what}: {source}")]
-    SocksListener {
+    /// An entry's listener (SOCKS, HTTP CONNECT) failed.
+    #[error("entry listener: {what}: {source}")]
+    EntryListener {
         /// What was being done (bind, local address).
         what: &'static str,
         /// Why it failed.
         source: std::io::Error,
     },
-    /// SOCKS5 server settings that cannot work.
-    #[error("socks5 configuration: {field}: {reason}")]
-    SocksConfig {
+    /// Entry server settings (SOCKS, HTTP CONNECT) that cannot work.
+    #[error("entry configuration: {field}: {reason}")]
+    EntryConfig {
         /// The field.
         field: &'static str,
         /// Why.
@@ -138,7 +138,7 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// A local listener (SOCKS, metrics) could not be bound.
+    /// A local listener (SOCKS, HTTP CONNECT, metrics) could not be bound.
     #[error("cannot listen on {addr} for {what}: {source}")]
     Listen {
         /// What the listener is for.

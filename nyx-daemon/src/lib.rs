@@ -2,7 +2,8 @@
 //!
 //! What it is for: the process around a node ([`nyx_node`]): its configuration file, keys
 //! on disk, signals and reload ([`daemon`]), the local gRPC control API ([`control`]), the
-//! SOCKS5 entry for applications ([`socks`]) and logs, traces and metrics ([`telemetry`]).
+//! entries for applications (SOCKS5, SOCKS4a: [`socks`]; HTTP CONNECT: [`http_connect`];
+//! the server they share: [`entry`]) and logs, traces and metrics ([`telemetry`]).
 //! The `nyx-daemon` and `nyx` binaries are thin wrappers around it.
 //!
 //! What it is not for: the network itself. Protocol decisions are nyx-overlay's, the async
@@ -11,7 +12,9 @@
 
 pub mod control;
 pub mod daemon;
+pub mod entry;
 mod error;
+pub mod http_connect;
 pub mod socks;
 pub mod telemetry;
 

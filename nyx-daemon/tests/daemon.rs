@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use nyx_daemon::control::pb;
 use support::{DaemonProcess, nyx, temp_dir};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
@@ -143,6 +144,7 @@ async fn control_api_cli_reload_and_metrics() {
                 "data_dir = \"{}\"\nnickname = \"ctl\"\n[socks]\nlisten = \"{socks}\"\n\
                  [relay]\nenabled = true\nexit_policy = [\"{policy}\"]\nfamily = [{family}]\n\
                  [log]\nlevel = \"{level}\"\n\
+                 [http_connect]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
                  [telemetry]\nprometheus_listen = \"127.0.0.1:0\"\n",
                 dir.join("data").display()
             ),
@@ -239,6 +241,15 @@ async fn control_api_cli_reload_and_metrics() {
         .into_inner();
     assert_eq!(shown.path, config.display().to_string());
     assert!(shown.toml.contains("level = \"debug\""), "{}", shown.toml);
+    // The HTTP CONNECT entry is on (a GET gets 405 from it), and counted.
+    let mut tunnel = tokio::net::TcpStream::connect(&daemon.ready.http_connect)
+        .await
+        .unwrap();
+    tunnel.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut answer = String::new();
+    tunnel.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 405 "), "{answer}");
+    drop(tunnel);
     // Metrics: over the control API and the Prometheus endpoint.
     let m = c
         .get_metrics(pb::GetMetricsRequest {})
@@ -258,6 +269,22 @@ async fn control_api_cli_reload_and_metrics() {
     ] {
         assert!(m.values.contains_key(key), "{key} not in {:?}", m.values);
     }
+    // Counted once the entry is done with the client (it reads what a refused client still
+    // sends for a moment), so ask again until it is.
+    let mut malformed = m.values.get("nyx_http_connect_malformed_total").copied();
+    for _ in 0..100 {
+        if malformed == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let m = c.get_metrics(pb::GetMetricsRequest {}).await.unwrap();
+        malformed = m
+            .into_inner()
+            .values
+            .get("nyx_http_connect_malformed_total")
+            .copied();
+    }
+    assert_eq!(malformed, Some(1.0));
     let body = support::http_get(&daemon.ready.prometheus, "/metrics").await;
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("text/plain; version=0.0.4"), "{body}");

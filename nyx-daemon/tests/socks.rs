@@ -1,189 +1,32 @@
-//! The SOCKS5 entry end to end: an in-process testnet of five relays on 127.0.x.y, a client
-//! node, the SOCKS server on 127.0.0.1 in front of it, and an HTTP server on 127.0.0.1. A
-//! hand-written SOCKS5 client and curl fetch a file byte-exact; credentials select circuits;
-//! malformed, refused and silent clients get their answer and the server keeps serving;
-//! the connection limit and shutdown hold.
+//! The SOCKS and HTTP CONNECT entries end to end: an in-process testnet of five relays on
+//! 127.0.x.y, a client node, both entry servers on 127.0.0.1 in front of it, and an HTTP
+//! server on 127.0.0.1. Hand-written SOCKS5, SOCKS4a and HTTP CONNECT clients and curl
+//! fetch files byte-exact; credentials (SOCKS5 pairs, SOCKS4 user ids, Basic credentials)
+//! select circuits; malformed, refused and silent clients get their answer and the servers
+//! keep serving; the connection limit and shutdown hold; headless Chromium, when installed,
+//! tunnels through the HTTP CONNECT entry.
 
 #![allow(clippy::unwrap_used)]
 
+mod entries;
 mod support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use entries::fixture::*;
 use nyx_daemon::Error;
-use nyx_daemon::socks::{Reply, SocksConfig, SocksServer};
-use nyx_node::testing::{LocalTestnet, LocalTestnetSpec, WebServer};
+use nyx_daemon::entry::{EntryConfig, EntryServer, Protocol};
+use nyx_daemon::socks::Reply;
 use nyx_node::{Node, unix_now};
 use nyx_overlay::directory::testnet::{TestnetSpec, generate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
-/// Generous bounds for liveness only (never speed): CI machines are shared and slow.
-const LONG: Duration = Duration::from_secs(240);
-/// The served file: more than a MiB, not a multiple of any buffer size.
-const FILE_LEN: usize = 1536 * 1024 + 7;
-
-fn file() -> Vec<u8> {
-    (0..FILE_LEN)
-        .map(|i| ((i as u64).wrapping_mul(2_654_435_761) >> 11) as u8)
-        .collect()
-}
-
-/// A testnet (exits allow loopback only), a client node, an HTTP server and a SOCKS server.
-struct Fixture {
-    _testnet: LocalTestnet,
-    client: Node,
-    http: SocketAddr,
-    _web: WebServer,
-    socks: SocksServer,
-}
-
-async fn fixture(net: u8, config: SocksConfig) -> Fixture {
-    let spec = LocalTestnetSpec {
-        net,
-        ..LocalTestnetSpec::default()
-    };
-    let testnet = LocalTestnet::start(spec).await.unwrap();
-    let client = testnet.client().unwrap();
-    let web = WebServer::start(vec![("/file".into(), file())])
-        .await
-        .unwrap();
-    let socks = SocksServer::bind("127.0.0.1:0".parse().unwrap(), client.handle(), config)
-        .await
-        .unwrap();
-    Fixture {
-        _testnet: testnet,
-        client,
-        http: web.addr(),
-        _web: web,
-        socks,
-    }
-}
-
-/// A request for `dst` (CONNECT unless `cmd` says otherwise).
-fn request(cmd: u8, dst: &Dst<'_>) -> Vec<u8> {
-    let mut v = vec![5, cmd, 0];
-    let port = match dst {
-        Dst::V4(ip, port) => {
-            v.push(1);
-            v.extend_from_slice(ip);
-            port
-        }
-        Dst::Host(name, port) => {
-            v.push(3);
-            v.push(name.len() as u8);
-            v.extend_from_slice(name.as_bytes());
-            port
-        }
-    };
-    v.extend_from_slice(&port.to_be_bytes());
-    v
-}
-
-enum Dst<'a> {
-    V4([u8; 4], u16),
-    Host(&'a str, u16),
-}
-
-/// A hand-written SOCKS5 client: greet (offering only the method it means to use),
-/// authenticate if given credentials, send `request` followed by `early` bytes in the same
-/// write, and read the reply. Returns the connection and the reply code.
-async fn socks_open(
-    proxy: SocketAddr,
-    creds: Creds<'_>,
-    request: &[u8],
-    early: &[u8],
-) -> (TcpStream, u8) {
-    let mut conn = TcpStream::connect(proxy).await.unwrap();
-    let method = if creds.is_some() { 2 } else { 0 };
-    conn.write_all(&[5, 1, method]).await.unwrap();
-    let mut choice = [0u8; 2];
-    conn.read_exact(&mut choice).await.unwrap();
-    assert_eq!(choice, [5, method]);
-    if let Some((user, pass)) = creds {
-        let mut msg = vec![1, user.len() as u8];
-        msg.extend_from_slice(user.as_bytes());
-        msg.push(pass.len() as u8);
-        msg.extend_from_slice(pass.as_bytes());
-        conn.write_all(&msg).await.unwrap();
-        let mut status = [0u8; 2];
-        conn.read_exact(&mut status).await.unwrap();
-        assert_eq!(status, [1, 0]);
-    }
-    let mut msg = request.to_vec();
-    msg.extend_from_slice(early);
-    conn.write_all(&msg).await.unwrap();
-    let mut head = [0u8; 4];
-    conn.read_exact(&mut head).await.unwrap();
-    assert_eq!([head[0], head[2]], [5, 0], "reply header {head:?}");
-    let addr_len = match head[3] {
-        1 => 4,
-        4 => 16,
-        atyp => panic!("reply address type {atyp}"),
-    };
-    let mut bound = vec![0u8; addr_len + 2];
-    conn.read_exact(&mut bound).await.unwrap();
-    (conn, head[1])
-}
-
-/// Username and password, if any.
-type Creds<'a> = Option<(&'a str, &'a str)>;
-
-const GET: &[u8] = b"GET /file HTTP/1.0\r\nHost: test\r\n\r\n";
-
-/// Send GET (unless already sent as early data), close our side (the server must still
-/// answer: half-close), read to the end, and check the body byte for byte.
-async fn fetch_on(mut conn: TcpStream, send_get: bool) {
-    if send_get {
-        conn.write_all(GET).await.unwrap();
-    }
-    conn.shutdown().await.unwrap();
-    let mut response = Vec::new();
-    conn.read_to_end(&mut response).await.unwrap();
-    check_response(&response);
-}
-
-fn check_response(response: &[u8]) {
-    let split = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a response head");
-    let head = String::from_utf8_lossy(&response[..split]);
-    assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
-    let body = &response[split + 4..];
-    assert_eq!(body.len(), FILE_LEN, "body length");
-    assert!(body == file().as_slice(), "body bytes differ");
-}
-
-/// A full good fetch by IPv4 without credentials: the server still serves.
-async fn good_fetch(f: &Fixture) {
-    let dst = Dst::V4([127, 0, 0, 1], f.http.port());
-    let (conn, rep) = timeout(
-        LONG,
-        socks_open(f.socks.local_addr(), None, &request(1, &dst), b""),
-    )
-    .await
-    .unwrap();
-    assert_eq!(rep, 0);
-    timeout(LONG, fetch_on(conn, true)).await.unwrap();
-}
-
-/// Wait (liveness only) until the server serves nobody.
-async fn until_idle(server: &SocksServer) {
-    timeout(LONG, async {
-        while server.stats().active > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socks_client_fetches_a_file_byte_exact_by_ipv4_and_by_host_name() {
-    let f = fixture(83, SocksConfig::default()).await;
+    let f = fixture(83, EntryConfig::default()).await;
     let proxy = f.socks.local_addr();
     good_fetch(&f).await;
     // By name, with the HTTP request sent with the SOCKS request (optimistic data). The
@@ -204,40 +47,47 @@ async fn a_socks_client_fetches_a_file_byte_exact_by_ipv4_and_by_host_name() {
     .unwrap();
     assert_eq!(rep, 0);
     timeout(LONG, fetch_on(conn, true)).await.unwrap();
-    until_idle(&f.socks).await;
+    // SOCKS4a on the same port, by name, with the GET sent with the request.
+    let req = entries::socks4_request(1, [0; 4], f.http.port(), "", Some("localhost"));
+    let (conn, rep) = timeout(LONG, entries::socks4_open(proxy, &req, GET))
+        .await
+        .unwrap();
+    assert_eq!(rep, 90);
+    timeout(LONG, fetch_on(conn, false)).await.unwrap();
+    // HTTP CONNECT, with the GET sent right after the head (before the 200): kept and
+    // forwarded, then the whole file back after our half-close.
+    let target = format!("127.0.0.1:{}", f.http.port());
+    let (conn, head) = timeout(
+        LONG,
+        entries::connect_open(f.tunnel.local_addr(), &target, GET),
+    )
+    .await
+    .unwrap();
+    assert_eq!(head, "HTTP/1.1 200 Connection established\r\n\r\n");
+    timeout(LONG, fetch_on(conn, false)).await.unwrap();
+    for server in [&f.socks, &f.tunnel] {
+        until_idle(server).await;
+    }
     let stats = f.socks.stats();
-    assert_eq!((stats.accepted, stats.succeeded), (3, 3), "{stats:?}");
+    assert_eq!((stats.accepted, stats.succeeded), (4, 4), "{stats:?}");
     assert_eq!(stats.failed_total() + stats.malformed + stats.timeouts, 0);
+    let stats = f.tunnel.stats();
+    assert_eq!((stats.accepted, stats.succeeded), (1, 1), "{stats:?}");
 }
 
 /// curl, through the proxy, with the name resolved by the exit (`--socks5-hostname`).
 fn curl(proxy: SocketAddr, url: &str, user: Option<&str>) -> Vec<u8> {
-    let mut cmd = std::process::Command::new("curl");
-    cmd.args(["--silent", "--show-error", "--fail", "--max-time", "200"])
-        .arg("--socks5-hostname")
-        .arg(proxy.to_string());
+    let proxy = proxy.to_string();
+    let mut args = vec!["--socks5-hostname", &proxy];
     if let Some(user) = user {
-        cmd.arg("--proxy-user").arg(user);
+        args.extend(["--proxy-user", user]);
     }
-    let out = match cmd.arg(url).arg("--output").arg("-").output() {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            panic!("this test needs curl on PATH (the CI script installs it): {e}")
-        }
-        Err(e) => panic!("cannot run curl: {e}"),
-    };
-    assert!(
-        out.status.success(),
-        "curl failed: {:?} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    entries::curl(&args, url)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_fetches_through_the_proxy_with_and_without_credentials() {
-    let f = fixture(84, SocksConfig::default()).await;
+    let f = fixture(84, EntryConfig::default()).await;
     let proxy = f.socks.local_addr();
     let port = f.http.port();
     let runs = [
@@ -258,7 +108,7 @@ async fn curl_fetches_through_the_proxy_with_and_without_credentials() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_credentials_get_distinct_circuits_and_equal_ones_share_one() {
-    let f = fixture(85, SocksConfig::default()).await;
+    let f = fixture(85, EntryConfig::default()).await;
     let proxy = f.socks.local_addr();
     let node = f.client.handle();
     let req = request(1, &Dst::V4([127, 0, 0, 1], f.http.port()));
@@ -297,31 +147,101 @@ async fn distinct_credentials_get_distinct_circuits_and_equal_ones_share_one() {
     for conn in [open.remove(1), open.remove(6)] {
         timeout(LONG, fetch_on(conn, true)).await.unwrap();
     }
+    // curl through the HTTP CONNECT entry and as a SOCKS4 client: Basic credentials are the
+    // SOCKS5 pair's group, a SOCKS4 user id a group of its own, none the default group.
+    // (The circuits stay pooled after curl's streams end.)
+    let tunnel = format!("http://{}", f.tunnel.local_addr());
+    let socks = proxy.to_string();
+    // curl sends the user of --proxy-user as the SOCKS4 user id.
+    let socks4a_alice = vec!["--socks4a", &socks, "--proxy-user", "alice:pw"];
+    let via_tunnel = |user: Option<&'static str>| {
+        let mut args = vec!["--proxy", tunnel.as_str(), "--proxytunnel"];
+        args.extend(user.map(|u| ["--proxy-user", u]).into_iter().flatten());
+        args
+    };
+    let steps: [(Vec<&str>, &str, usize, &str); 7] = [
+        (
+            via_tunnel(Some("alice:pw")),
+            "/file",
+            5,
+            "alice's SOCKS5 circuit",
+        ),
+        (
+            via_tunnel(Some("carol:pw")),
+            "/small",
+            6,
+            "another user: a new circuit",
+        ),
+        (
+            via_tunnel(Some("carol:pw")),
+            "/small",
+            6,
+            "carol again: shared",
+        ),
+        (
+            via_tunnel(None),
+            "/small",
+            6,
+            "no credentials: the default group's",
+        ),
+        (
+            socks4a_alice.clone(),
+            "/small",
+            7,
+            "SOCKS4 alice is not SOCKS5 alice",
+        ),
+        (
+            vec!["--socks4", &socks],
+            "/small",
+            7,
+            "an empty user id: the default group's",
+        ),
+        (socks4a_alice, "/small", 7, "SOCKS4 alice again: shared"),
+    ];
+    for (args, path, circuits, why) in steps {
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        let url = format!("http://127.0.0.1:{}{path}", f.http.port());
+        let body = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            entries::curl(&args, &url)
+        })
+        .await
+        .unwrap();
+        let want = if path == "/file" {
+            file()
+        } else {
+            SMALL.to_vec()
+        };
+        assert!(body == want, "{why}: curl body differs");
+        assert_eq!(node.stats().await.unwrap().own_circuits, circuits, "{why}");
+    }
+    assert_eq!(f.tunnel.stats().succeeded, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_clients_get_their_answer_and_the_server_keeps_serving() {
-    let config = SocksConfig {
+    let config = EntryConfig {
         handshake_timeout: Duration::from_millis(300),
-        ..SocksConfig::default()
+        ..EntryConfig::default()
     };
     let f = fixture(86, config).await;
     let proxy = f.socks.local_addr();
 
-    // Raw bytes; everything the server says until it closes.
-    let exchange = |bytes: Vec<u8>| async move {
-        let mut conn = TcpStream::connect(proxy).await.unwrap();
+    // Raw bytes; everything the server at `at` says until it closes.
+    let exchange_at = |at: SocketAddr, bytes: Vec<u8>| async move {
+        let mut conn = TcpStream::connect(at).await.unwrap();
         conn.write_all(&bytes).await.unwrap();
         let mut answer = Vec::new();
         let _ = timeout(LONG, conn.read_to_end(&mut answer)).await.unwrap();
         answer
     };
+    let exchange = |bytes: Vec<u8>| exchange_at(proxy, bytes);
     let reply = |code: u8| vec![5, 0, 5, code, 0, 1, 0, 0, 0, 0, 0, 0];
     let greet = |rest: &[u8]| [&[5u8, 1, 0][..], rest].concat();
 
-    // Another version: closed without an answer.
+    // A version other than 4 and 5: closed without an answer.
     assert!(
-        exchange(vec![4, 1, 0, 80, 127, 0, 0, 1, 0])
+        exchange(vec![6, 1, 0, 80, 127, 0, 0, 1, 0])
             .await
             .is_empty()
     );
@@ -359,18 +279,86 @@ async fn bad_clients_get_their_answer_and_the_server_keeps_serving() {
     let refused = request(1, &Dst::V4([127, 0, 0, 1], closed.port()));
     assert_eq!(exchange(greet(&refused)).await, reply(0x05));
     good_fetch(&f).await;
+    // SOCKS4: BIND and a denied target both get 91.
+    let rejected = vec![0, 91, 0, 0, 0, 0, 0, 0];
+    let bind4 = entries::socks4_request(2, [127, 0, 0, 1], f.http.port(), "", None);
+    assert_eq!(exchange(bind4).await, rejected);
+    let denied4 = entries::socks4_request(1, [10, 1, 2, 3], 80, "u", None);
+    assert_eq!(exchange(denied4).await, rejected);
+
+    // The HTTP CONNECT entry: each refusal with its status, then it still serves.
+    let tunnel = f.tunnel.local_addr();
+    let status_of = |answer: Vec<u8>| {
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        assert!(text.ends_with("\r\n\r\n"), "{text:?}");
+        text.lines().next().unwrap_or_default().to_owned()
+    };
+    let get = b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_vec();
+    let answer = String::from_utf8(exchange_at(tunnel, get).await).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("\r\nAllow: CONNECT\r\n"), "{answer}");
+    let huge = format!(
+        "CONNECT a.org:1 HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(9000)
+    );
+    let answer = exchange_at(tunnel, huge.into_bytes()).await;
+    assert_eq!(
+        status_of(answer),
+        "HTTP/1.1 431 Request Header Fields Too Large"
+    );
+    let zero_port = b"CONNECT 127.0.0.1:0 HTTP/1.1\r\n\r\n".to_vec();
+    assert_eq!(
+        status_of(exchange_at(tunnel, zero_port).await),
+        "HTTP/1.1 400 Bad Request"
+    );
+    let started = Instant::now();
+    assert!(exchange_at(tunnel, b"CONNECT ".to_vec()).await.is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let connect = |target: String| format!("CONNECT {target} HTTP/1.1\r\n\r\n").into_bytes();
+    let answer = exchange_at(tunnel, connect("10.1.2.3:80".into())).await;
+    assert_eq!(status_of(answer), "HTTP/1.1 403 Forbidden");
+    let answer = exchange_at(tunnel, connect(format!("127.0.0.1:{}", closed.port()))).await;
+    assert_eq!(status_of(answer), "HTTP/1.1 502 Bad Gateway");
+    let small = format!("127.0.0.1:{}", f.http.port());
+    let small_get = b"GET /small HTTP/1.0\r\n\r\n";
+    let (mut conn, head) = timeout(LONG, entries::connect_open(tunnel, &small, small_get))
+        .await
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    conn.shutdown().await.unwrap();
+    let mut response = Vec::new();
+    timeout(LONG, conn.read_to_end(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        response.ends_with(SMALL),
+        "{:?}",
+        String::from_utf8_lossy(&response)
+    );
 
     until_idle(&f.socks).await;
     let s = f.socks.stats();
-    assert_eq!(s.malformed, 5, "{s:?}");
+    assert_eq!(s.malformed, 6, "{s:?}");
     assert_eq!(s.timeouts, 1, "{s:?}");
     assert_eq!(s.succeeded, 7, "{s:?}");
-    assert_eq!(s.failed_with(Reply::CommandNotSupported), 1, "{s:?}");
+    assert_eq!(s.failed_with(Reply::CommandNotSupported), 2, "{s:?}");
     assert_eq!(s.failed_with(Reply::AddressTypeNotSupported), 1, "{s:?}");
-    assert_eq!(s.failed_with(Reply::NotAllowed), 1, "{s:?}");
+    assert_eq!(s.failed_with(Reply::NotAllowed), 2, "{s:?}");
     assert_eq!(s.failed_with(Reply::ConnectionRefused), 1, "{s:?}");
-    assert_eq!(s.failed_total(), 4, "{s:?}");
-    assert_eq!(s.accepted, 15, "{s:?}");
+    assert_eq!(s.failed_total(), 6, "{s:?}");
+    assert_eq!(s.accepted, 17, "{s:?}");
+    until_idle(&f.tunnel).await;
+    let t = f.tunnel.stats();
+    assert_eq!((t.malformed, t.timeouts, t.succeeded), (3, 1, 1), "{t:?}");
+    assert_eq!(t.failed_with(Reply::CommandNotSupported), 1, "{t:?}");
+    assert_eq!(t.failed_with(Reply::GeneralFailure), 2, "{t:?}");
+    assert_eq!(t.failed_with(Reply::NotAllowed), 1, "{t:?}");
+    assert_eq!(t.failed_with(Reply::ConnectionRefused), 1, "{t:?}");
+    assert_eq!((t.failed_total(), t.accepted), (5, 7), "{t:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,19 +367,20 @@ async fn connections_over_the_limit_are_closed_and_shutdown_closes_the_rest() {
     let (_, directory) = generate(&TestnetSpec::default(), unix_now()).unwrap();
     let node = Node::builder().directory(directory).build().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let zero = SocksConfig {
+    let zero = EntryConfig {
         max_connections: 0,
-        ..SocksConfig::default()
+        ..EntryConfig::default()
     };
-    match SocksServer::spawn(listener, node.handle(), zero) {
-        Err(Error::SocksConfig { field, .. }) => assert_eq!(field, "max_connections"),
+    match EntryServer::spawn(Protocol::Socks, listener, node.handle(), zero, None) {
+        Err(Error::EntryConfig { field, .. }) => assert_eq!(field, "max_connections"),
         other => panic!("expected a config error, got {other:?}"),
     }
-    let config = SocksConfig {
+    let config = EntryConfig {
         max_connections: 1,
-        ..SocksConfig::default()
+        ..EntryConfig::default()
     };
-    let server = SocksServer::bind("127.0.0.1:0".parse().unwrap(), node.handle(), config)
+    let local = "127.0.0.1:0".parse().unwrap();
+    let server = EntryServer::bind(Protocol::Socks, local, node.handle(), config)
         .await
         .unwrap();
     let addr = server.local_addr();
@@ -424,4 +413,36 @@ async fn connections_over_the_limit_are_closed_and_shutdown_closes_the_rest() {
     assert_eq!(third.read(&mut [0u8; 16]).await.unwrap_or(0), 0);
     assert!(TcpStream::connect(addr).await.is_err());
     node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_chromium_tunnels_through_the_http_connect_entry() {
+    let Some(chromium) = entries::chromium() else {
+        eprintln!(
+            "skipped: no chromium, chromium-browser, google-chrome or headless_shell on PATH \
+             (this test runs headless Chromium through the HTTP CONNECT entry)"
+        );
+        return;
+    };
+    let f = fixture(87, EntryConfig::default()).await;
+    // Chromium tunnels only https:// through an HTTP proxy (it forwards http:// with GET,
+    // which this entry refuses), so the target is a TCP listener that records what comes:
+    // Chromium's TLS ClientHello, through the tunnel and three relays.
+    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://127.0.0.1:{}/", target.local_addr().unwrap().port());
+    let proxy = f.tunnel.local_addr();
+    let limit = Duration::from_secs(60);
+    let browser =
+        tokio::task::spawn_blocking(move || entries::run_chromium(&chromium, proxy, &url, limit));
+    let (mut conn, _) = timeout(LONG, target.accept()).await.unwrap().unwrap();
+    let mut hello = [0u8; 3];
+    timeout(LONG, conn.read_exact(&mut hello))
+        .await
+        .unwrap()
+        .unwrap();
+    // A TLS handshake record: content type 22, version 3.x.
+    assert_eq!(hello[..2], [0x16, 0x03], "{hello:?}");
+    drop((conn, target));
+    browser.await.unwrap();
+    assert!(f.tunnel.stats().succeeded >= 1);
 }

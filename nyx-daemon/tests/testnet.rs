@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 struct Summary {
     nodes: usize,
     socks: String,
+    http_connect: String,
     control: String,
     http: String,
     dir: String,
@@ -45,10 +46,14 @@ fn body_of(response: &[u8]) -> &[u8] {
 }
 
 fn curl(socks: &str, url: &str, extra: &[&str]) -> Vec<u8> {
+    curl_via(&["--socks5-hostname", socks], url, extra)
+}
+
+/// curl with `proxy` options (`--socks5-hostname ADDR`, `--proxytunnel --proxy URL`).
+fn curl_via(proxy: &[&str], url: &str, extra: &[&str]) -> Vec<u8> {
     let out = Command::new("curl")
         .args(["--silent", "--show-error", "--max-time", "60"])
-        .arg("--socks5-hostname")
-        .arg(socks)
+        .args(proxy)
         .args(extra)
         .arg(url)
         .output()
@@ -86,6 +91,8 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
             "--nodes",
             "5",
             "--socks-port",
+            "0",
+            "--http-connect-port",
             "0",
             "--http-port",
             "0",
@@ -136,6 +143,15 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
     let page = tokio::task::spawn_blocking(move || curl(&socks, &demo, &[]))
         .await
         .unwrap();
+    assert!(String::from_utf8_lossy(&page).contains("Hello from the NyxNet testnet"));
+    // The HTTP CONNECT entry of node 1, as the banner suggests using it.
+    let tunnel = format!("http://{}", s.http_connect);
+    let demo = format!("http://{}/", s.http);
+    let page = tokio::task::spawn_blocking(move || {
+        curl_via(&["--proxytunnel", "--proxy", &tunnel], &demo, &[])
+    })
+    .await
+    .unwrap();
     assert!(String::from_utf8_lossy(&page).contains("Hello from the NyxNet testnet"));
 
     let mut c = nyx_daemon::control::connect(&control).await.unwrap();

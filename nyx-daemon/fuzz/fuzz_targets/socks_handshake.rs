@@ -1,13 +1,15 @@
-//! Arbitrary bytes as a SOCKS5 client's side of the handshake: each of the greeting,
-//! username/password and request parsers on the whole input, then the three in sequence
-//! the way the server reads them (each on what the previous one left). Typed errors or
-//! "need more", never a panic; a parsed message never claims more bytes than it was given,
-//! parses the same on its own, and a request's target is one `ExitTarget` accepts.
+//! Arbitrary bytes as a SOCKS client's side of the handshake: each of the SOCKS5 greeting,
+//! username/password and request parsers and the SOCKS4/4a request parser on the whole
+//! input, then the way the server reads them (a first byte of 4: the SOCKS4 request; else
+//! the three SOCKS5 messages in sequence, each on what the previous one left). Typed errors
+//! or "need more", never a panic; a parsed message never claims more bytes than it was
+//! given, parses the same on its own, and a request's target is one `ExitTarget` accepts.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use nyx_overlay::directory::ExitTarget;
-use nyx_daemon::socks::proto::{self, Parsed};
+use nyx_daemon::socks::proto::{self, Parsed, TargetAddr};
+use nyx_daemon::socks::proto4;
 
 /// Parse `bytes`; check what a result promises; return the value and the rest.
 fn check<T: PartialEq + Clone + std::fmt::Debug>(
@@ -24,13 +26,24 @@ fn check<T: PartialEq + Clone + std::fmt::Debug>(
     Some((value, rest))
 }
 
+fn exit_target(target: &TargetAddr) {
+    let text = target.to_string();
+    assert!(
+        text.parse::<ExitTarget>().is_ok(),
+        "{text:?} is not an exit target"
+    );
+}
+
 fn request(bytes: &[u8]) {
     if let Some((req, _)) = check(bytes, proto::parse_request) {
-        let text = req.target.to_string();
-        assert!(
-            text.parse::<ExitTarget>().is_ok(),
-            "{text:?} is not an exit target"
-        );
+        exit_target(&req.target);
+    }
+}
+
+fn request4(bytes: &[u8]) {
+    if let Some((req, _)) = check(bytes, proto4::parse_request) {
+        exit_target(&req.target);
+        let _ = nyx_daemon::socks::socks4_isolation_group(&req.userid);
     }
 }
 
@@ -38,7 +51,11 @@ fuzz_target!(|data: &[u8]| {
     let _ = check(data, proto::parse_greeting);
     let _ = check(data, proto::parse_auth);
     request(data);
-    // In sequence, as the server does.
+    request4(data);
+    // As the server does: SOCKS4 on a first byte of 4, else SOCKS5 in sequence.
+    if data.first() == Some(&proto4::VERSION) {
+        return;
+    }
     let Some((greeting, rest)) = check(data, proto::parse_greeting) else {
         return;
     };

@@ -27,10 +27,17 @@ pub(crate) fn check_listeners(config: &DaemonConfig) -> Vec<Error> {
             None
         }
     };
-    let tcp: [(&'static str, Option<SocketAddr>); 2] = [
+    let tcp: [(&'static str, Option<SocketAddr>); 3] = [
         (
             "SOCKS5",
             config.socks.enabled.then_some(config.socks.listen),
+        ),
+        (
+            "HTTP CONNECT",
+            config
+                .http_connect
+                .enabled
+                .then_some(config.http_connect.listen),
         ),
         ("Prometheus metrics", config.telemetry.prometheus_listen),
     ];
@@ -67,6 +74,7 @@ mod tests {
         let c = config(
             "listen = [\"0.0.0.0:0\"]\ndata_dir = \"/nonexistent/nyx\"\n\
              [socks]\nlisten = \"127.0.0.1:0\"\n\
+             [http_connect]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
              [telemetry]\nprometheus_listen = \"127.0.0.1:0\"\n",
         );
         let problems = check_listeners(&c);
@@ -79,17 +87,32 @@ mod tests {
         let taken_udp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tcp = taken_tcp.local_addr().unwrap();
         let udp = taken_udp.local_addr().unwrap();
-        // The node on a taken UDP port; SOCKS and metrics on one taken TCP port.
+        // The node on a taken UDP port; SOCKS, HTTP CONNECT and metrics on one taken TCP
+        // port.
         let c = config(&format!(
             "listen = [\"{udp}\"]\ndata_dir = \"/nonexistent/nyx\"\n\
              [socks]\nlisten = \"{tcp}\"\n\
+             [http_connect]\nenabled = true\nlisten = \"{tcp}\"\n\
              [telemetry]\nprometheus_listen = \"{tcp}\"\n"
         ));
         let problems: Vec<String> = check_listeners(&c).iter().map(|e| e.to_string()).collect();
-        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert_eq!(problems.len(), 4, "{problems:?}");
         assert!(problems[0].starts_with(&format!("cannot listen on {udp} for the node")));
         assert!(problems[1].starts_with(&format!("cannot listen on {tcp} for SOCKS5")));
-        assert!(problems[2].contains("for Prometheus metrics"));
+        assert!(problems[2].starts_with(&format!("cannot listen on {tcp} for HTTP CONNECT")));
+        assert!(problems[3].contains("for Prometheus metrics"));
+        // SOCKS and HTTP CONNECT on one free address: the second bind fails.
+        let free = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let c = config(&format!(
+            "data_dir = \"/nonexistent/nyx\"\n[socks]\nlisten = \"{free}\"\n\
+             [http_connect]\nenabled = true\nlisten = \"{free}\"\n"
+        ));
+        let problems: Vec<String> = check_listeners(&c).iter().map(|e| e.to_string()).collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("for HTTP CONNECT"), "{problems:?}");
         // An address of no interface here (TEST-NET-1).
         let c = config("data_dir = \"/nonexistent\"\n[socks]\nlisten = \"192.0.2.1:9050\"\n");
         let problems = check_listeners(&c);

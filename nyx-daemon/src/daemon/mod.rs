@@ -1,6 +1,6 @@
 //! The daemon around a node: configuration file, data directory and keys, the control
-//! socket, the SOCKS5 entry, the metrics endpoint, signals, reloads and a graceful stop.
-//! The `nyx-daemon` binary is [`cli::main`]: telemetry, then [`Daemon::start`] and
+//! socket, the SOCKS and HTTP CONNECT entries, the metrics endpoint, signals, reloads and a
+//! graceful stop. The `nyx-daemon` binary is [`cli::main`]: telemetry, then [`Daemon::start`] and
 //! [`Daemon::wait`]; tests and embedders can run a daemon in-process the same way.
 //!
 //! What it is not for: the network itself (that is [`nyx_node`]), or choosing the tokio

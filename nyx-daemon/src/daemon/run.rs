@@ -1,6 +1,6 @@
 //! Starting and stopping a daemon: data directory and keys, bind, publish the descriptor,
-//! start the node with the directory, open the SOCKS5 entry, the control socket and the
-//! metrics endpoint, then wait for a stop (SIGINT, SIGTERM, the Shutdown call) while
+//! start the node with the directory, open the SOCKS and HTTP CONNECT entries, the control
+//! socket and the metrics endpoint, then wait for a stop (SIGINT, SIGTERM, the Shutdown call) while
 //! SIGHUP reloads.
 
 use std::path::PathBuf;
@@ -17,6 +17,7 @@ use super::state::{DaemonState, Endpoints, LogControl, StateParts};
 use super::{files, keeper, link_keys, trust};
 use crate::Error;
 use crate::control::{self, ControlListener};
+use crate::entry::{EntryConfig, EntryServer, Protocol};
 use crate::telemetry::prometheus::{PrometheusConfig, PrometheusServer};
 use crate::telemetry::{MetricsSnapshot, SnapshotSource, snapshot_source};
 use nyx_node::{BoundNode, Node, unix_now};
@@ -35,8 +36,11 @@ pub struct Ready {
     pub node_id: String,
     /// Where it listens for other nodes.
     pub listen: String,
-    /// The SOCKS5 entry ("" when off).
+    /// The SOCKS entry ("" when off).
     pub socks: String,
+    /// The HTTP CONNECT entry ("" when off; absent from the lines of older daemons).
+    #[serde(default)]
+    pub http_connect: String,
     /// The control socket ("" when off).
     pub control: String,
     /// The Prometheus endpoint ("" when off).
@@ -54,7 +58,8 @@ pub struct Daemon {
     node: Node,
     ready: Ready,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    socks: Option<crate::socks::SocksServer>,
+    /// The SOCKS and HTTP CONNECT entries that are on.
+    entries: Vec<EntryServer>,
     signals: Signals,
     notifier: Option<Notifier>,
 }
@@ -132,6 +137,10 @@ impl Daemon {
             true => Some(bind_tcp("SOCKS5", config.socks.listen).await?),
             false => None,
         };
+        let http_connect_listener = match config.http_connect.enabled {
+            true => Some(bind_tcp("HTTP CONNECT", config.http_connect.listen).await?),
+            false => None,
+        };
         // The metrics server is bound now; its snapshots come from the state, set below.
         let metrics_state: Arc<OnceLock<Arc<DaemonState>>> = Arc::new(OnceLock::new());
         let prometheus = match config.telemetry.prometheus_listen {
@@ -151,6 +160,9 @@ impl Daemon {
         let endpoints = Endpoints {
             listen,
             socks: socks_listener.as_ref().and_then(|l| l.local_addr().ok()),
+            http_connect: http_connect_listener
+                .as_ref()
+                .and_then(|l| l.local_addr().ok()),
             control: control_listener.as_ref().map(|l| l.path().to_owned()),
             prometheus: prometheus.as_ref().and_then(|p| p.local_addr().ok()),
             data_dir: data_dir.clone(),
@@ -226,21 +238,33 @@ impl Daemon {
                 schedule,
             ));
         }
-        let socks = match socks_listener {
-            Some(listener) => Some(crate::socks::SocksServer::spawn_with_registry(
-                listener,
-                node.handle(),
-                crate::socks::SocksConfig {
-                    handshake_timeout: config.socks.handshake_timeout,
-                    max_connections: config.socks.max_connections,
-                    ..crate::socks::SocksConfig::default()
-                },
-                Some(state.streams.clone()),
-            )?),
-            None => None,
-        };
-        if let Some(socks) = &socks {
-            state.set_socks_counters(socks.counters());
+        let mut entries = Vec::new();
+        let wanted = [
+            (
+                Protocol::Socks,
+                socks_listener,
+                config.socks.handshake_timeout,
+                config.socks.max_connections,
+            ),
+            (
+                Protocol::HttpConnect,
+                http_connect_listener,
+                config.http_connect.handshake_timeout,
+                config.http_connect.max_connections,
+            ),
+        ];
+        for (protocol, listener, handshake_timeout, max_connections) in wanted {
+            let Some(listener) = listener else { continue };
+            let entry_config = EntryConfig {
+                handshake_timeout,
+                max_connections,
+                ..EntryConfig::default()
+            };
+            let streams = Some(state.streams.clone());
+            let entry =
+                EntryServer::spawn(protocol, listener, node.handle(), entry_config, streams)?;
+            state.set_entry_counters(protocol, entry.counters());
+            entries.push(entry);
         }
         if let Some(server) = prometheus {
             let stop = state.clone();
@@ -276,6 +300,10 @@ impl Daemon {
             node_id: node.handle().node_id().to_string(),
             listen: listen.to_string(),
             socks: endpoints.socks.map(|a| a.to_string()).unwrap_or_default(),
+            http_connect: endpoints
+                .http_connect
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
             control: endpoints
                 .control
                 .as_ref()
@@ -301,7 +329,7 @@ impl Daemon {
             node,
             ready,
             tasks,
-            socks,
+            entries,
             signals,
             notifier: None,
         })
@@ -379,8 +407,8 @@ impl Daemon {
     /// Stop gracefully now (what [`wait`](Self::wait) does after a signal).
     pub async fn stop(self) {
         self.state.request_shutdown();
-        if let Some(socks) = self.socks {
-            socks.shutdown().await;
+        for entry in self.entries {
+            entry.shutdown().await;
         }
         self.node.shutdown_within(STOP_GRACE).await;
         for task in self.tasks {

@@ -14,7 +14,7 @@ use super::config::{ConfigDiff, DaemonConfig};
 use super::files;
 use super::stream_registry::StreamRegistry;
 use crate::Error;
-use crate::socks::SocksCounters;
+use crate::entry::{EntryCounters, Protocol};
 use crate::telemetry::histogram::{CIRCUIT_BUILD_HELP, CIRCUIT_BUILD_SECONDS, LATENCY_SECONDS};
 use crate::telemetry::{
     ExtraMetric, Histogram, MetricsSnapshot, process_metrics, render_prometheus,
@@ -33,8 +33,10 @@ pub type LogControl = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 pub struct Endpoints {
     /// Where the node listens for other nodes.
     pub listen: SocketAddr,
-    /// The SOCKS5 entry, when on.
+    /// The SOCKS entry, when on.
     pub socks: Option<SocketAddr>,
+    /// The HTTP CONNECT entry, when on.
+    pub http_connect: Option<SocketAddr>,
     /// The control socket, when on (a path, or `@name` for an abstract socket).
     pub control: Option<PathBuf>,
     /// The Prometheus endpoint, when on.
@@ -84,7 +86,8 @@ pub struct DaemonState {
     /// What this relay publishes; `None` for a client-only daemon.
     descriptor: Mutex<Option<DescriptorBuilder>>,
     shutdown: watch::Sender<bool>,
-    socks: Mutex<Option<SocksCounters>>,
+    /// The counters of the entries that are on (SOCKS, HTTP CONNECT).
+    entries: Mutex<Vec<(Protocol, EntryCounters)>>,
 }
 
 impl std::fmt::Debug for DaemonState {
@@ -149,7 +152,7 @@ impl DaemonState {
             identity: parts.identity,
             descriptor: Mutex::new(parts.descriptor),
             shutdown,
-            socks: Mutex::new(None),
+            entries: Mutex::new(Vec::new()),
         })
     }
 
@@ -196,9 +199,10 @@ impl DaemonState {
         ))
     }
 
-    /// Count the SOCKS entry's clients in the metrics.
-    pub fn set_socks_counters(&self, counters: SocksCounters) {
-        *lock(&self.socks) = Some(counters);
+    /// Count an entry's clients in the metrics (SOCKS as `nyx_socks_*`, HTTP CONNECT as
+    /// `nyx_http_connect_*`).
+    pub fn set_entry_counters(&self, protocol: Protocol, counters: EntryCounters) {
+        lock(&self.entries).push((protocol, counters));
     }
 
     /// Every counter now: the node's, its streams', and the daemon's own.
@@ -229,7 +233,7 @@ impl DaemonState {
         ));
         extra.push(ExtraMetric::gauge(
             "nyx_app_streams_open",
-            "Application streams (SOCKS and control API) open now.",
+            "Application streams (SOCKS, HTTP CONNECT and control API) open now.",
             self.streams.open_count() as f64,
         ));
         extra.push(ExtraMetric::counter(
@@ -237,52 +241,8 @@ impl DaemonState {
             "Application streams opened since the daemon started.",
             self.streams.opened_total(),
         ));
-        if let Some(socks) = lock(&self.socks).as_ref().map(SocksCounters::snapshot) {
-            let counters = [
-                (
-                    "nyx_socks_connections_total",
-                    "SOCKS5 connections accepted.",
-                    socks.accepted,
-                ),
-                (
-                    "nyx_socks_succeeded_total",
-                    "SOCKS5 requests that opened a stream.",
-                    socks.succeeded,
-                ),
-                (
-                    "nyx_socks_malformed_total",
-                    "SOCKS5 clients that broke the protocol.",
-                    socks.malformed,
-                ),
-                (
-                    "nyx_socks_handshake_timeouts_total",
-                    "SOCKS5 clients that did not finish their handshake in time.",
-                    socks.timeouts,
-                ),
-                (
-                    "nyx_socks_over_limit_total",
-                    "SOCKS5 connections closed at once: too many open.",
-                    socks.over_limit,
-                ),
-            ];
-            for (name, help, value) in counters {
-                extra.push(ExtraMetric::counter(name, help, value));
-            }
-            for (reply, value) in socks.failures() {
-                extra.push(
-                    ExtraMetric::counter(
-                        "nyx_socks_failed_total",
-                        "SOCKS5 requests answered with a failure, by reply.",
-                        value,
-                    )
-                    .with_label("reply", reply),
-                );
-            }
-            extra.push(ExtraMetric::gauge(
-                "nyx_socks_active",
-                "SOCKS5 connections open now.",
-                socks.active as f64,
-            ));
+        for (protocol, counters) in lock(&self.entries).iter() {
+            counters.snapshot().push_metrics(*protocol, extra);
         }
         extra.extend(process_metrics());
         snapshot.histograms = self.streams.histograms();

@@ -1,4 +1,4 @@
-//! The streams a daemon carries for local applications (SOCKS connections and control-API
+//! The streams a daemon carries for local applications (SOCKS and HTTP CONNECT connections and control-API
 //! streams): listed and closed through the control API, counted for metrics.
 //!
 //! A stream is registered when it opens and leaves the registry when its [`StreamTicket`]
@@ -23,17 +23,20 @@ use crate::telemetry::{HistogramMetric, StreamHistograms};
 /// Who opened a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamSource {
-    /// An application through the SOCKS5 entry.
+    /// An application through the SOCKS entry.
     Socks,
+    /// An application through the HTTP CONNECT entry.
+    HttpConnect,
     /// A control-API client (`OpenStream`, `nyx connect`).
     Control,
 }
 
 impl StreamSource {
-    /// `socks` or `control`.
+    /// `socks`, `http_connect` or `control`.
     pub fn as_str(self) -> &'static str {
         match self {
             StreamSource::Socks => "socks",
+            StreamSource::HttpConnect => "http_connect",
             StreamSource::Control => "control",
         }
     }

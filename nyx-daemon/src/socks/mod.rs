@@ -1,57 +1,76 @@
-//! # SOCKS5 entry
+//! # SOCKS entry: SOCKS5, SOCKS4 and SOCKS4a
 //!
-//! What it is for: letting unmodified applications use the network. A [`SocksServer`]
+//! What it is for: letting unmodified applications use the network. An
+//! [`EntryServer`](crate::entry::EntryServer) of [`Protocol::Socks`](crate::entry::Protocol)
 //! listens on a local TCP port; each client speaks SOCKS5 (RFC 1928, with RFC 1929
-//! username/password), asks to CONNECT to a target, and gets a [`NyxStream`] to it through a
-//! 3-hop circuit of the node ([`NodeHandle::connect_isolated`]), after which bytes are
-//! relayed both ways with half-close preserved. For example
-//! `curl --socks5-hostname 127.0.0.1:9050 http://example.org/` lets the exit resolve the name.
+//! username/password) or SOCKS4 (with the SOCKS4a host-name extension), told apart by its
+//! first byte, asks to CONNECT to a target, and gets a [`NyxStream`] to it through a 3-hop
+//! circuit of the node ([`NodeHandle::connect_isolated`]), after which bytes are relayed
+//! both ways with half-close preserved. For example
+//! `curl --socks5-hostname 127.0.0.1:9050 http://example.org/` (or `--socks4a`) lets the
+//! exit resolve the name.
 //!
-//! * Only CONNECT is supported (BIND and UDP ASSOCIATE get reply 0x07); targets are IPv4,
-//!   IPv6 or a host name the exit resolves.
-//! * Isolation: the username/password pair selects the [`IsolationGroup`] (streams of
-//!   different pairs never share a circuit; see [`isolation_group`]), and every client
-//!   without credentials shares one group. Any credentials are accepted: they are a label,
-//!   not a secret check.
-//! * Failures are answered with the reply code of [`reply_for_error`] (the table is in
-//!   `docs/socks.md`).
-//! * Limits: a handshake must complete within [`SocksConfig::handshake_timeout`], at most
-//!   [`SocksConfig::max_connections`] clients are served at once (more are closed at once).
-//! * Privacy: nothing here logs a target, an address, a credential or a payload; logs and
-//!   [`SocksStats`] hold only counts and reasons.
+//! * Only CONNECT is supported (SOCKS5 BIND and UDP ASSOCIATE get reply 0x07, SOCKS4 BIND
+//!   gets 91); targets are IPv4, IPv6 (SOCKS5) or a host name the exit resolves.
+//! * Isolation: the SOCKS5 username/password pair ([`isolation_group`]) or the SOCKS4 user
+//!   id ([`socks4_isolation_group`]) selects the [`IsolationGroup`] (streams of different
+//!   groups never share a circuit), and every client without credentials (or with an empty
+//!   SOCKS4 user id) shares one group. Any credentials are accepted: they are a label, not
+//!   a secret check.
+//! * Failures are answered with the reply code of [`reply_for_error`] (SOCKS4: 91 for
+//!   every failure; the tables are in `docs/socks.md`).
+//! * Limits and privacy are the entry server's ([`crate::entry`]).
 //!
-//! [`proto`] is the sans-IO codec (also what the fuzz target feeds); the server is the only
-//! part that does IO.
+//! [`proto`] (SOCKS5) and [`proto4`] (SOCKS4, 4a) are the sans-IO codecs (also what the
+//! fuzz target feeds); only the handshake and the entry server do IO.
 //!
 //! [`NyxStream`]: nyx_node::NyxStream
 //! [`NodeHandle::connect_isolated`]: nyx_node::NodeHandle::connect_isolated
 
+mod handshake;
 pub mod proto;
-mod server;
-mod stats;
+pub mod proto4;
 #[cfg(test)]
 mod tests;
 
-pub use proto::{Reply, SocksError};
-pub use server::{SocksConfig, SocksServer, serve};
-pub use stats::{SocksCounters, SocksStats};
+pub(crate) use handshake::handshake;
+pub use proto::{Reply, SocksError, TargetAddr};
 
 use nyx_node::ErrorKind;
 use nyx_node::IsolationGroup;
 
-/// The isolation group of a SOCKS client: without credentials, the node's default group
+/// The isolation group of a SOCKS5 client: without credentials, the node's default group
 /// (shared with `connect` and the control API's pre-built circuits), otherwise
 /// `socks5:` followed by the username and the password, each as lowercase hex and ended by
 /// `:`. Hex never contains `:`, so distinct pairs always give distinct names (`("ab", "")`
 /// and `("a", "b")` differ), and no pair gives the no-credentials group or a group an
-/// embedding application names without the `socks5:` prefix.
+/// embedding application names without the `socks5:` prefix. An HTTP CONNECT client's
+/// Basic credentials give the same group as the same pair through SOCKS5.
 pub fn isolation_group(credentials: Option<&proto::Credentials>) -> IsolationGroup {
-    let Some(c) = credentials else {
+    match credentials {
+        None => IsolationGroup::default(),
+        Some(c) => hex_group("socks5:", &[&c.username, &c.password]),
+    }
+}
+
+/// The isolation group of a SOCKS4 client: for an empty user id (what clients send when
+/// given none), the node's default group, as for SOCKS5 without credentials (Tor too
+/// treats an empty SOCKS4 user id as no credentials); otherwise `socks4:` followed by the
+/// user id as lowercase hex and `:`. The prefix keeps SOCKS4 groups apart from every
+/// SOCKS5 group: a user id never shares circuits with a username/password pair.
+pub fn socks4_isolation_group(userid: &[u8]) -> IsolationGroup {
+    if userid.is_empty() {
         return IsolationGroup::default();
-    };
-    let mut name = String::with_capacity(9 + 2 * (c.username.len() + c.password.len()));
-    name.push_str("socks5:");
-    for field in [&c.username, &c.password] {
+    }
+    hex_group("socks4:", &[userid])
+}
+
+/// `prefix`, then each field as lowercase hex followed by `:`.
+fn hex_group(prefix: &str, fields: &[&[u8]]) -> IsolationGroup {
+    let len: usize = fields.iter().map(|f| 2 * f.len() + 1).sum();
+    let mut name = String::with_capacity(prefix.len() + len);
+    name.push_str(prefix);
+    for field in fields {
         for b in field.iter() {
             name.push(hex_digit(b >> 4));
             name.push(hex_digit(b & 0x0f));

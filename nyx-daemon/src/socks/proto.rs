@@ -91,8 +91,9 @@ impl Reply {
     }
 }
 
-/// Why bytes from a SOCKS5 client were refused. The messages never contain the target,
-/// the credentials or any other byte the client sent but the offending field's value.
+/// Why bytes from a SOCKS client (SOCKS5, or SOCKS4 and 4a: [`proto4`](super::proto4)) were
+/// refused. The messages never contain the target, the credentials or any other byte the
+/// client sent but the offending field's value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SocksError {
@@ -132,6 +133,12 @@ pub enum SocksError {
     /// A request for port 0.
     #[error("port 0 requested")]
     ZeroPort,
+    /// A SOCKS4 request for the address 0.0.0.0.
+    #[error("SOCKS4 address 0.0.0.0 requested")]
+    UnspecifiedAddress,
+    /// A SOCKS4 user id longer than [`MAX_USERID_LEN`](super::proto4::MAX_USERID_LEN) bytes.
+    #[error("SOCKS4 user id longer than 255 bytes")]
+    UserIdTooLong,
 }
 
 impl SocksError {
@@ -318,17 +325,8 @@ pub struct Request {
 /// Parse a request: `VER=5 CMD RSV ATYP DST.ADDR DST.PORT`. Only CONNECT is accepted; the
 /// reserved byte is ignored. Errors are reported as soon as the offending byte arrives.
 pub fn parse_request(buf: &[u8]) -> Parsed<Request> {
-    let Some(&ver) = buf.first() else {
+    if !connect_header(buf, VERSION)? {
         return Ok(None);
-    };
-    if ver != VERSION {
-        return Err(SocksError::BadVersion { got: ver });
-    }
-    let Some(&cmd) = buf.get(1) else {
-        return Ok(None);
-    };
-    if cmd != CMD_CONNECT {
-        return Err(SocksError::UnsupportedCommand { cmd });
     }
     let Some(&atyp) = buf.get(3) else {
         return Ok(None);
@@ -376,14 +374,32 @@ pub fn parse_request(buf: &[u8]) -> Parsed<Request> {
     Ok(Some((Request { target }, rest + 2)))
 }
 
+/// Whether `buf` starts with `version` and CONNECT's command byte (1 in SOCKS5 and SOCKS4
+/// alike): `false` while a byte is missing, an error as soon as one is wrong.
+pub(crate) fn connect_header(buf: &[u8], version: u8) -> Result<bool, SocksError> {
+    let Some(&ver) = buf.first() else {
+        return Ok(false);
+    };
+    if ver != version {
+        return Err(SocksError::BadVersion { got: ver });
+    }
+    let Some(&cmd) = buf.get(1) else {
+        return Ok(false);
+    };
+    if cmd != CMD_CONNECT {
+        return Err(SocksError::UnsupportedCommand { cmd });
+    }
+    Ok(true)
+}
+
 enum Addr {
     Ip(IpAddr),
     Domain(String),
 }
 
-/// A domain field as a host name `ExitTarget` accepts: printable ASCII without `[`, `]`
+/// A domain field (or an HTTP CONNECT host) as a host name `ExitTarget` accepts: printable ASCII without `[`, `]`
 /// or `:` (an IPv6 literal, bare or bracketed, is allowed and stored bare).
-fn host_name(name: &[u8]) -> Result<String, SocksError> {
+pub(crate) fn host_name(name: &[u8]) -> Result<String, SocksError> {
     let text = std::str::from_utf8(name).map_err(|_| SocksError::BadHostName {
         reason: "not ASCII",
     })?;

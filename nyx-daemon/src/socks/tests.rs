@@ -1,13 +1,11 @@
-//! The codec message by message (every reply code, truncation, each malformed case), the
-//! error and isolation rules, and the handshake over an in-memory pipe.
+//! The SOCKS5 codec message by message (every reply code, truncation, each malformed case),
+//! the error and isolation rules, and the handshake over an in-memory pipe. SOCKS4 and 4a:
+//! [`socks4`].
 
 use std::net::SocketAddr;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 use super::proto::*;
-use super::server::{HandshakeError, handshake};
-use super::{isolation_group, reply_for_error};
+use super::{handshake, isolation_group, reply_for_error};
 use nyx_node::Error;
 use nyx_node::IsolationGroup;
 use nyx_overlay::directory::ExitTarget;
@@ -15,6 +13,7 @@ use nyx_overlay::path::PathError;
 use nyx_overlay::stream::ResetReason;
 
 mod props;
+mod socks4;
 
 /// Test-side encoders, written from the RFCs independently of the parsers.
 pub(super) fn greeting(methods: &[u8]) -> Vec<u8> {
@@ -42,19 +41,8 @@ pub(super) fn request(cmd: u8, atyp: u8, addr: &[u8], port: u16) -> Vec<u8> {
 }
 
 /// Every strict prefix of `msg` is incomplete; the whole of it parses using all of it.
-fn check_prefixes<T: std::fmt::Debug>(msg: &[u8], parse: fn(&[u8]) -> Parsed<T>) -> T {
-    for n in 0..msg.len() {
-        assert!(
-            matches!(parse(&msg[..n]), Ok(None)),
-            "prefix of {n} bytes: {:?}",
-            parse(&msg[..n])
-        );
-    }
-    let mut longer = msg.to_vec();
-    longer.extend_from_slice(b"next");
-    let (value, used) = parse(&longer).unwrap().unwrap();
-    assert_eq!(used, msg.len());
-    value
+pub(super) fn check_prefixes<T: std::fmt::Debug>(msg: &[u8], parse: fn(&[u8]) -> Parsed<T>) -> T {
+    crate::entry::testing::check_prefixes(msg, b"next", parse)
 }
 
 #[test]
@@ -305,26 +293,12 @@ fn credentials_name_isolation_groups_unambiguously() {
     }
 }
 
-/// Run the server side of the handshake against `client_bytes`; returns its outcome and
-/// everything it wrote.
-async fn run_handshake(client_bytes: &[u8]) -> (Result<String, String>, Vec<u8>) {
-    let (mut client, mut server) = tokio::io::duplex(4096);
-    client.write_all(client_bytes).await.unwrap();
-    client.shutdown().await.unwrap();
-    let outcome = match handshake(&mut server).await {
-        Ok(a) => Ok(format!(
-            "{} {:?} early={:?}",
-            a.target,
-            a.group,
-            String::from_utf8_lossy(&a.early)
-        )),
-        Err(HandshakeError::Protocol { error, replied }) => Err(format!("{error} {replied:?}")),
-        Err(HandshakeError::Gone) => Err("gone".into()),
-    };
-    drop(server);
-    let mut written = Vec::new();
-    client.read_to_end(&mut written).await.unwrap();
-    (outcome, written)
+/// The server side of the handshake against `client_bytes`: its outcome and all it wrote.
+pub(super) async fn run_handshake(client_bytes: &[u8]) -> (Result<String, String>, Vec<u8>) {
+    crate::entry::testing::run_handshake(client_bytes, |mut server| async move {
+        (handshake(&mut server).await, server)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -336,7 +310,7 @@ async fn handshake_without_credentials_keeps_pipelined_data() {
     assert_eq!(
         outcome.unwrap(),
         format!(
-            "localhost:8080 {:?} early=\"GET / HTTP/1.0\\r\\n\\r\\n\"",
+            "localhost:8080 {:?} early=\"GET / HTTP/1.0\\r\\n\\r\\n\" Socks5",
             IsolationGroup::default()
         )
     );
@@ -360,9 +334,9 @@ async fn handshake_failures_answer_what_the_phase_allows() {
     let (outcome, written) = run_handshake(&greeting(&[1])).await;
     assert!(outcome.unwrap_err().starts_with("no acceptable"));
     assert_eq!(written, [5, 0xff]);
-    // Another version: closed without a word.
-    let (outcome, written) = run_handshake(&[4, 1, 0, 80, 127, 0, 0, 1, 0]).await;
-    assert!(outcome.unwrap_err().starts_with("version byte 4"));
+    // A version other than 4 and 5: closed without a word.
+    let (outcome, written) = run_handshake(&[6, 1, 0, 80, 127, 0, 0, 1, 0]).await;
+    assert!(outcome.unwrap_err().starts_with("version byte 6"));
     assert!(written.is_empty());
     // Bad sub-negotiation version: status 1.
     let mut bytes = greeting(&[2]);

@@ -1,7 +1,8 @@
 //! `nyx testnet`: a local NyxNet of N daemon processes on loopback addresses.
 //!
 //! 1. Each daemon gets a data directory and a config: node `i` listens on `127.0.0.i`
-//!    (a free port), relays and exits to loopback only; node 1 also runs the SOCKS5 entry.
+//!    (a free port), relays and exits to loopback only; node 1 also runs the SOCKS entry and
+//!    the HTTP CONNECT entry.
 //!    The last three are directory authorities: their keys are made here before they start
 //!    and a free port is picked for them, so that every daemon's config can pin them
 //!    (identity, address, link key).
@@ -41,6 +42,10 @@ pub(crate) struct TestnetArgs {
     /// port is used).
     #[arg(long, default_value_t = 9050)]
     socks_port: u16,
+    /// HTTP CONNECT port of node 1 on 127.0.0.1 (0: any free port; if 9080 is taken, a
+    /// free port is used).
+    #[arg(long, default_value_t = 9080)]
+    http_connect_port: u16,
     /// Port of the demo web server on 127.0.0.1 (0: any free port; if 8080 is taken, a
     /// free port is used).
     #[arg(long, default_value_t = 8080)]
@@ -68,6 +73,7 @@ struct Member {
 struct Summary<'a> {
     nodes: usize,
     socks: &'a str,
+    http_connect: &'a str,
     control: &'a str,
     http: String,
     dir: String,
@@ -95,6 +101,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
     let io = |what: &str, e: std::io::Error| Failure::Call(format!("{what}: {e}"));
     std::fs::create_dir_all(&dir).map_err(|e| io("cannot create the testnet directory", e))?;
     let socks_port = free_or_fallback(args.socks_port).await;
+    let http_connect_port = free_or_fallback(args.http_connect_port).await;
     let http = start_demo_server(args.http_port).await?;
     note!(
         "nyx testnet: starting {} daemons ({transport}) in {}",
@@ -131,6 +138,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
             let settings = MemberSettings {
                 transport: &transport,
                 socks_port,
+                http_connect_port,
                 log_level: &args.log_level,
                 authorities: &pinned,
                 role,
@@ -180,6 +188,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
         let summary = Summary {
             nodes: members.len(),
             socks: &first.socks,
+            http_connect: &first.http_connect,
             control: &first.control,
             http: http.to_string(),
             dir: dir.display().to_string(),
@@ -233,6 +242,7 @@ enum Role {
 struct MemberSettings<'a> {
     transport: &'a str,
     socks_port: u16,
+    http_connect_port: u16,
     log_level: &'a str,
     /// `directory.authorities` lines.
     authorities: &'a [String],
@@ -269,14 +279,14 @@ async fn start_member(dir: &Path, i: u8, settings: &MemberSettings<'_>) -> Resul
     let name = format!("node{i}");
     let data = dir.join(&name);
     files::prepare_data_dir(&data).map_err(|e| Failure::Call(e.to_string()))?;
-    let socks = if i == 1 {
-        format!(
-            "enabled = true\nlisten = \"127.0.0.1:{}\"\n",
-            settings.socks_port
-        )
-    } else {
-        "enabled = false\n".to_owned()
+    let entry = |port: u16| match i {
+        1 => format!("enabled = true\nlisten = \"127.0.0.1:{port}\"\n"),
+        _ => "enabled = false\n".to_owned(),
     };
+    let (socks, http_connect) = (
+        entry(settings.socks_port),
+        entry(settings.http_connect_port),
+    );
     let (listen, authority) = match settings.role {
         Role::Relay => (format!("127.0.0.{i}:0"), String::new()),
         // Relays get Stable after a minute and Guard after two of reachability.
@@ -295,6 +305,7 @@ async fn start_member(dir: &Path, i: u8, settings: &MemberSettings<'_>) -> Resul
          data_dir = \"{data}\"\n\
          nickname = \"{name}\"\n\
          [socks]\n{socks}\
+         [http_connect]\n{http_connect}\
          [directory]\nauthorities = [{authorities}]\n\
          {authority}\
          [relay]\nenabled = true\n\
@@ -430,6 +441,7 @@ fn print_banner(
     )?;
     writeln!(out)?;
     writeln!(out, "  SOCKS5 entry     {}", first.socks)?;
+    writeln!(out, "  HTTP CONNECT entry {}", first.http_connect)?;
     writeln!(out, "  control socket   {}", first.control)?;
     writeln!(
         out,
@@ -447,6 +459,11 @@ fn print_banner(
         out,
         "  curl --socks5-hostname {} -o /dev/null http://{http}/file",
         first.socks
+    )?;
+    writeln!(
+        out,
+        "  curl --proxytunnel --proxy http://{} http://{http}/",
+        first.http_connect
     )?;
     writeln!(
         out,

@@ -11,7 +11,8 @@ use crate::daemon::files;
 /// What a listener of [`DaemonConfig::exposed_listeners`] risks (logged at start, printed
 /// by `--check-config`).
 pub(crate) const OPEN_LISTENER: &str = "not a loopback address: anyone who reaches it can use \
-     it (a SOCKS entry there is an open proxy; metrics tell what this node carries)";
+     it (a SOCKS or HTTP CONNECT entry there is an open proxy; metrics tell what this node \
+     carries)";
 
 impl DaemonConfig {
     /// The data directory: `data_dir`, else the user's default
@@ -47,18 +48,22 @@ impl DaemonConfig {
     }
 
     /// The listeners that serve whoever reaches them and are not on a loopback address, as
-    /// `(key, address)`: a SOCKS entry there is an open proxy, a metrics endpoint tells
-    /// anyone what this node carries.
+    /// `(key, address)`: a SOCKS or HTTP CONNECT entry there is an open proxy, a metrics
+    /// endpoint tells anyone what this node carries.
     pub fn exposed_listeners(&self) -> Vec<(&'static str, SocketAddr)> {
         let socks = self
             .socks
             .enabled
             .then_some(("socks.listen", self.socks.listen));
+        let http_connect = self
+            .http_connect
+            .enabled
+            .then_some(("http_connect.listen", self.http_connect.listen));
         let metrics = self
             .telemetry
             .prometheus_listen
             .map(|addr| ("telemetry.prometheus_listen", addr));
-        [socks, metrics]
+        [socks, http_connect, metrics]
             .into_iter()
             .flatten()
             .filter(|(_, addr)| !addr.ip().to_canonical().is_loopback())
@@ -119,5 +124,15 @@ mod tests {
             1,
             "a SOCKS entry that is off"
         );
+        // The HTTP CONNECT entry: off by default, so not exposed until it is on.
+        config.http_connect.listen = "0.0.0.0:9080".parse().unwrap();
+        assert_eq!(config.exposed_listeners().len(), 1, "an entry that is off");
+        config.http_connect.enabled = true;
+        assert_eq!(
+            config.exposed_listeners()[0],
+            ("http_connect.listen", "0.0.0.0:9080".parse().unwrap())
+        );
+        config.http_connect.listen = "127.0.0.1:9080".parse().unwrap();
+        assert_eq!(config.exposed_listeners().len(), 1, "on loopback");
     }
 }

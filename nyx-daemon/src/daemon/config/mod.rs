@@ -1,8 +1,8 @@
 //! The daemon's configuration file: the node's listen address, transport and resource
 //! limits (nyx-core's [`LimitsConfig`]) and what only a daemon has (data directory,
-//! nickname, control socket, SOCKS entry, directory file, exit policy, logging, telemetry:
-//! [`sections`]). Unknown keys, wrong types and invalid values are refused with the key name
-//! and the reason.
+//! nickname, control socket, SOCKS and HTTP CONNECT entries, directory file, exit policy,
+//! logging, telemetry: [`sections`]). Unknown keys, wrong types and invalid values are
+//! refused with the key name and the reason.
 //!
 //! docs/configuration.md documents every key; `nyx-daemon/nyx.example.toml` is a commented
 //! example that a test parses.
@@ -22,7 +22,8 @@ use nyx_overlay::circuit::LiveLimits;
 use nyx_overlay::directory::{ExitPolicy, MAX_FAMILY, MAX_NICKNAME_LEN};
 use nyx_transport::socket::SocketMode;
 pub use sections::{
-    AuthoritySection, ControlConfig, LogConfig, LogFormat, LogTimestamps, TelemetryConfig,
+    AuthoritySection, ControlConfig, HttpConnectSection, LogConfig, LogFormat, LogTimestamps,
+    TelemetryConfig,
 };
 
 /// Everything `nyx-daemon` reads from its TOML file. Every field has a default, so an empty
@@ -49,8 +50,10 @@ pub struct DaemonConfig {
     pub nickname: String,
     /// The local control socket.
     pub control: ControlConfig,
-    /// The SOCKS5 entry for applications.
+    /// The SOCKS entry (SOCKS5, SOCKS4, SOCKS4a) for applications.
     pub socks: SocksSection,
+    /// The HTTP CONNECT entry for applications.
+    pub http_connect: HttpConnectSection,
     /// Where the relays come from.
     pub directory: DirectorySection,
     /// What this node offers others as a relay.
@@ -108,7 +111,7 @@ impl Default for PathSection {
     }
 }
 
-/// `[socks]`: the SOCKS5 entry.
+/// `[socks]`: the SOCKS entry (SOCKS5, SOCKS4 and SOCKS4a on one port).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SocksSection {
@@ -239,6 +242,7 @@ impl Default for DaemonConfig {
             nickname: "nyx".to_owned(),
             control: ControlConfig::default(),
             socks: SocksSection::default(),
+            http_connect: HttpConnectSection::default(),
             directory: DirectorySection::default(),
             relay: RelaySection::default(),
             limits: LimitsConfig::default(),
@@ -344,6 +348,9 @@ impl DaemonConfig {
         }
         if self.socks.max_connections == 0 {
             add("socks.max_connections", "must be at least 1".to_owned());
+        }
+        for (field, reason) in self.http_connect.problems() {
+            add(field, reason);
         }
         if self.directory.file.as_os_str().is_empty() {
             add("directory.file", "must not be empty".to_owned());

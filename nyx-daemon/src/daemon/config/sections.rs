@@ -1,8 +1,8 @@
-//! The daemon's own sections of its configuration file: `[control]`, `[log]`,
-//! `[telemetry]` and `[authority]`, with their defaults and checks. (`[limits]` is nyx-core's
+//! The daemon's own sections of its configuration file: `[control]`, `[http_connect]`,
+//! `[log]`, `[telemetry]` and `[authority]`, with their defaults and checks. (`[limits]` is nyx-core's
 //! [`LimitsConfig`](nyx_core::config::LimitsConfig), shared with anyone who runs a node.)
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,6 +30,53 @@ impl Default for ControlConfig {
             enabled: true,
             socket: None,
         }
+    }
+}
+
+/// `[http_connect]`: the HTTP CONNECT entry (Tor's HTTPTunnelPort), off by default as Tor's
+/// is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConnectSection {
+    /// Whether to run it. Default false.
+    pub enabled: bool,
+    /// Where it listens; keep it on loopback. Default `127.0.0.1:9080`.
+    pub listen: SocketAddr,
+    /// A client must send its whole request head within this. Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+    /// Most HTTP CONNECT connections open at once. Default 1024.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConnectSection {
+    fn default() -> Self {
+        HttpConnectSection {
+            enabled: false,
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 9080)),
+            handshake_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+        }
+    }
+}
+
+impl HttpConnectSection {
+    /// Problems with `[http_connect]`, as `(key, reason)`: the limits `[socks]` has.
+    pub(super) fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        if self.handshake_timeout < Duration::from_millis(10) {
+            p.push((
+                "http_connect.handshake_timeout",
+                format!("{:?} is shorter than 10ms", self.handshake_timeout),
+            ));
+        }
+        if self.max_connections == 0 {
+            p.push((
+                "http_connect.max_connections",
+                "must be at least 1".to_owned(),
+            ));
+        }
+        p
     }
 }
 

@@ -13,6 +13,11 @@ fn empty_file_gives_defaults() {
     assert_eq!(c, DaemonConfig::default());
     assert_eq!(c.transport, TransportKind::Quic);
     assert!(c.socks.enabled);
+    assert!(
+        !c.http_connect.enabled,
+        "off by default, as Tor's HTTPTunnelPort"
+    );
+    assert_eq!(c.http_connect.listen, "127.0.0.1:9080".parse().unwrap());
     assert!(c.exit_policy().unwrap().is_reject_all());
 }
 
@@ -196,7 +201,8 @@ fn wrong_types_are_named() {
 fn invalid_values_are_all_listed() {
     let err = parse_str(
         "listen = [\"0.0.0.0:9001\"]\nnickname = \"bad name\"\n[limits]\nmax_links = 0\n\
-         [relay]\nenabled = true\nexit_policy = [\"allow *:*\"]\n[socks]\nmax_connections = 0\n",
+         [relay]\nenabled = true\nexit_policy = [\"allow *:*\"]\n[socks]\nmax_connections = 0\n\
+         [http_connect]\nmax_connections = 0\nhandshake_timeout = \"1ms\"\n",
     )
     .unwrap_err()
     .to_string();
@@ -206,6 +212,8 @@ fn invalid_values_are_all_listed() {
         "nickname: \"bad name\" contains ' '",
         "relay.exit_policy:",
         "socks.max_connections: must be at least 1",
+        "http_connect.max_connections: must be at least 1",
+        "http_connect.handshake_timeout: 1ms is shorter than 10ms",
     ] {
         assert!(err.contains(needle), "{needle:?} not in {err}");
     }
@@ -269,6 +277,7 @@ fn diff_separates_live_and_restart_keys() {
     new.relay.family = vec![NodeId::from_bytes([7; 32]).to_string()];
     new.limits.link_cells.burst = 5;
     new.socks.listen = "127.0.0.1:1".parse().unwrap();
+    new.http_connect.enabled = true;
     new.transport = TransportKind::Udp;
     let d = old.diff(&new);
     assert_eq!(
@@ -280,7 +289,10 @@ fn diff_separates_live_and_restart_keys() {
             "relay.family"
         ]
     );
-    assert_eq!(d.restart, ["socks.listen", "transport"]);
+    assert_eq!(
+        d.restart,
+        ["http_connect.enabled", "socks.listen", "transport"]
+    );
     assert_eq!(old.diff(&old), ConfigDiff::default());
 }
 
