@@ -1,5 +1,6 @@
-//! The streams a daemon carries for local applications (SOCKS and HTTP CONNECT connections and control-API
-//! streams): listed and closed through the control API, counted for metrics.
+//! The streams a daemon carries for local applications (SOCKS and HTTP CONNECT connections
+//! and control-API streams): listed and closed through the control API, counted for
+//! metrics.
 //!
 //! A stream is registered when it opens and leaves the registry when its [`StreamTicket`]
 //! is dropped. [`Counted`] counts an application connection's bytes on its ticket. The
@@ -186,7 +187,11 @@ impl StreamTicket {
     /// Count bytes received from the network.
     pub fn add_received(&self, n: usize) {
         self.entry.received.fetch_add(n as u64, Ordering::Relaxed);
-        if n > 0 && !self.entry.first_byte.swap(true, Ordering::Relaxed) {
+        // A load first: after the first byte, a read costs no write to the shared flag.
+        if n > 0
+            && !self.entry.first_byte.load(Ordering::Relaxed)
+            && !self.entry.first_byte.swap(true, Ordering::Relaxed)
+        {
             let waited = self.entry.opened.elapsed();
             self.registry.histograms.first_byte.observe_duration(waited);
         }
