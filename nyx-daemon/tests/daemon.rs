@@ -168,6 +168,8 @@ async fn control_api_cli_reload_and_metrics() {
     assert_eq!(info.nickname, "ctl");
     assert_eq!(info.transport, "quic");
     assert_eq!(info.socks_addr, daemon.ready.socks);
+    assert!(!daemon.ready.http_connect.is_empty());
+    assert_eq!(info.http_connect_addr, daemon.ready.http_connect);
     assert_eq!(info.relays, 0);
     assert!(!info.ready);
     assert_eq!(info.exit_policy, "reject *:*");
@@ -381,6 +383,8 @@ async fn control_api_cli_reload_and_metrics() {
         out.contains(&daemon.ready.node_id) && out.contains("ctl"),
         "{out}"
     );
+    let http_line = format!("http       {}", daemon.ready.http_connect);
+    assert!(out.lines().any(|l| l == http_line), "{out}");
     let json: serde_json::Value =
         serde_json::from_str(&nyx(&socket, &["--json", "status"])).unwrap();
     assert_eq!(json["node_id"], daemon.ready.node_id.as_str());

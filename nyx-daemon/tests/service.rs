@@ -1,5 +1,6 @@
 //! The daemon under a service manager: root is refused unless allowed, and sd_notify tells
-//! a manager listening on `$NOTIFY_SOCKET` when the daemon is ready, reloading, alive
+//! a manager listening on `$NOTIFY_SOCKET` when the daemon is ready, reloading (on SIGHUP
+//! or a control-API reload), alive
 //! (the watchdog) and stopping.
 #![allow(clippy::unwrap_used)]
 
@@ -85,6 +86,15 @@ fn sd_notify_reports_ready_reload_watchdog_and_stop() {
     assert!(usec.parse::<u64>().unwrap() > 0, "{reloading:?}");
     assert_eq!(next_state(&manager, &mut pings), "READY=1");
     assert!(pings >= 2, "{pings} watchdog pings in 500 ms");
+    // A reload asked for over the control API is framed the same way.
+    let control = std::path::Path::new(&daemon.ready.control).to_owned();
+    support::nyx(&control, &["config", "reload"]);
+    let reloading = next_state(&manager, &mut pings);
+    assert!(
+        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        "{reloading:?}"
+    );
+    assert_eq!(next_state(&manager, &mut pings), "READY=1");
     daemon.signal("-TERM");
     assert_eq!(next_state(&manager, &mut pings), "STOPPING=1");
     assert_eq!(daemon.wait(), Some(0));

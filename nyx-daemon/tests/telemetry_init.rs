@@ -22,7 +22,7 @@ async fn an_unreachable_collector_neither_fails_init_nor_hangs_shutdown() {
         .port();
     let telemetry = TelemetryConfig {
         otlp_endpoint: Some(format!("http://127.0.0.1:{port}")),
-        export_interval: Duration::from_millis(100),
+        export_interval: Some(Duration::from_millis(100)),
         ..TelemetryConfig::default()
     };
     let log = LogConfig {
@@ -100,7 +100,7 @@ async fn a_silent_collector_cannot_hold_shutdown_past_its_bound() {
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let telemetry = TelemetryConfig {
         otlp_endpoint: Some(format!("http://{}", blackhole.local_addr().unwrap())),
-        export_interval: Duration::from_secs(5),
+        export_interval: Some(Duration::from_secs(5)),
         ..TelemetryConfig::default()
     };
     // Built, not installed: the other test in this process owns the global subscriber.

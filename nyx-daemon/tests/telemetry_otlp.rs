@@ -1,120 +1,32 @@
 //! OTLP export end to end: a tiny gRPC collector on 127.0.0.1 receives the spans and metrics
-//! that `Telemetry` flushes at shutdown.
+//! that `Telemetry` flushes at shutdown, and the daemon rides out a collector that is down.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
+#[path = "support/collector.rs"]
+mod collector;
+mod support;
+
 use std::time::Duration;
 
+use collector::{Collector, text};
 use nyx_core::redact::Redacted;
 use nyx_daemon::daemon::config::{LogConfig, TelemetryConfig};
 use nyx_daemon::telemetry::{ExtraMetric, MetricsSnapshot, Telemetry};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
-use tonic::codegen::{BoxFuture, Context, Poll, Service, http};
 
 /// Guards against a hang; never reached when export works.
 const GUARD: Duration = Duration::from_secs(30);
 
-#[derive(Clone, Default)]
-struct Store {
-    traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
-    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Store {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.traces.lock().unwrap().push(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-#[tonic::async_trait]
-impl MetricsService for Store {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        self.metrics.lock().unwrap().push(request.into_inner());
-        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
-    }
-}
-
-/// Both collector services on one port, routed by the gRPC path.
-#[derive(Clone)]
-struct Collector {
-    traces: TraceServiceServer<Store>,
-    metrics: MetricsServiceServer<Store>,
-}
-
-impl Service<http::Request<tonic::body::Body>> for Collector {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        if req.uri().path().contains(".collector.trace.") {
-            self.traces.call(req)
-        } else {
-            self.metrics.call(req)
-        }
-    }
-}
-
-fn text(kv: &[KeyValue], key: &str) -> Option<String> {
-    kv.iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
-        .and_then(|v: &AnyValue| match &v.value {
-            Some(any_value::Value::StringValue(s)) => Some(s.clone()),
-            _ => None,
-        })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_and_metrics_reach_the_collector_with_the_service_name() {
-    let store = Store::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let collector = Collector {
-        traces: TraceServiceServer::new(store.clone()),
-        metrics: MetricsServiceServer::new(store.clone()),
-    };
-    let server = tokio::spawn(
-        tonic::transport::Server::builder().serve_with_incoming_shutdown(
-            collector,
-            tonic::transport::server::TcpIncoming::from(listener),
-            async move {
-                let _ = stopped.await;
-            },
-        ),
-    );
+    let collector = Collector::start("127.0.0.1:0").await;
+    let store = collector.store.clone();
 
     let telemetry = TelemetryConfig {
-        otlp_endpoint: Some(format!("http://{addr}")),
-        service_name: "nyx-otlp-test".to_owned(),
+        otlp_endpoint: Some(collector.endpoint()),
+        service_name: Some("nyx-otlp-test".to_owned()),
         // Nothing is exported before shutdown's flush.
-        export_interval: Duration::from_secs(60),
+        export_interval: Some(Duration::from_secs(60)),
         ..TelemetryConfig::default()
     };
     let (dispatch, t) = Telemetry::build(&LogConfig::default(), &telemetry).unwrap();
@@ -210,10 +122,68 @@ async fn spans_and_metrics_reach_the_collector_with_the_service_name() {
         );
     }
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(GUARD, server)
-        .await
+    tokio::time::timeout(GUARD, collector.stop()).await.unwrap();
+}
+
+/// The daemon itself, told by the standard variables to export to a collector that is not
+/// listening yet: one warning however many exports fail, then, once the collector listens,
+/// exports resume (with the service name from `OTEL_SERVICE_NAME`) and one line says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_outage_is_logged_once_and_export_resumes() {
+    use std::io::BufRead as _;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
+        .local_addr()
         .unwrap()
-        .unwrap();
+        .port();
+    let dir = support::temp_dir("otlp-outage");
+    let config = support::loopback_config(&dir);
+    let mut cmd = support::daemon_command();
+    cmd.arg("--config")
+        .arg(&config)
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        )
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env("OTEL_SERVICE_NAME", "nyx-outage-test")
+        .env_remove("OTEL_SDK_DISABLED")
+        .stderr(std::process::Stdio::piped());
+    let mut daemon = support::DaemonProcess::spawn(cmd);
+    let stderr = daemon.child.stderr.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    // Exports every 200 ms: at least a few fail (at 0.2, 0.4, 0.8 and 1.6 s) meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let collector = Collector::start(&format!("127.0.0.1:{port}")).await;
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while collector.store.metric_exports() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no export reached the collector once it listened"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = collector.store.metrics.lock().unwrap().clone();
+    let resource = metrics[0].resource_metrics[0].resource.as_ref().unwrap();
+    assert_eq!(
+        text(&resource.attributes, "service.name").as_deref(),
+        Some("nyx-outage-test")
+    );
+    assert_eq!(daemon.stop_with("-TERM"), Some(0));
+    reader.join().unwrap();
+    let log: Vec<String> = lines.iter().collect();
+    let count = |what: &str| log.iter().filter(|l| l.contains(what)).count();
+    assert_eq!(count("OTLP export failed"), 1, "{log:#?}");
+    assert_eq!(count("OTLP collector answers again"), 1, "{log:#?}");
+    assert_eq!(count("ERROR"), 0, "{log:#?}");
+    collector.stop().await;
+    std::fs::remove_dir_all(&dir).unwrap();
 }

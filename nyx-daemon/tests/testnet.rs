@@ -3,6 +3,8 @@
 //! events, and a clean stop on SIGINT.
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/collector.rs"]
+mod collector;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -82,9 +84,17 @@ impl Drop for StopOnDrop {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
+    // Every daemon exports its spans to this collector, told so by the standard variables.
+    let collector = collector::Collector::start("127.0.0.1:0").await;
     // As root (CI runs tests as root) the testnet itself lets its daemons run as root.
     let mut testnet = Command::new(env!("CARGO_BIN_EXE_nyx"))
         .env_remove("NYX_ALLOW_ROOT")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint())
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment=nyx-testnet",
+        )
+        .env_remove("OTEL_SDK_DISABLED")
         .args([
             "--json",
             "testnet",
@@ -396,6 +406,54 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
     assert!(status.success(), "{status}");
     assert!(!Path::new(&s.dir).exists(), "{} is left", s.dir);
     assert!(!control.exists());
+    spans_were_exported_without_addresses(&collector.store);
+    collector.stop().await;
+}
+
+/// The daemons flushed their spans when they stopped: circuit builds, stream opens and
+/// directory fetches, each with its outcome, and no address anywhere in them.
+fn spans_were_exported_without_addresses(store: &collector::Store) {
+    use collector::{text, values};
+    let spans = store.spans();
+    let find = |name: &str, key: &str, want: &str| {
+        spans
+            .iter()
+            .any(|(_, s)| s.name == name && text(&s.attributes, key).as_deref() == Some(want))
+    };
+    assert!(
+        find("circuit_build", "outcome", "built"),
+        "no built circuit_build"
+    );
+    assert!(
+        find("circuit_build", "exit", "target"),
+        "no circuit_build for a target"
+    );
+    assert!(
+        find("stream_open", "outcome", "opened"),
+        "no opened stream_open"
+    );
+    assert!(
+        find("directory_fetch", "outcome", "adopted"),
+        "no directory_fetch"
+    );
+    for (resource, span) in &spans {
+        assert_eq!(
+            text(resource, "deployment.environment").as_deref(),
+            Some("nyx-testnet"),
+            "OTEL_RESOURCE_ATTRIBUTES is on every resource"
+        );
+        let mut all = values(&span.attributes);
+        for event in &span.events {
+            all.extend(values(&event.attributes));
+        }
+        for v in all {
+            assert!(
+                !v.contains("127.0.0.") && !v.contains("localhost"),
+                "span {} carries {v:?}",
+                span.name
+            );
+        }
+    }
 }
 
 async fn next_event(events: &mut tonic::Streaming<pb::Event>, kind: pb::EventKind) -> pb::Event {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::Error;
 use crate::endpoint::{self, Endpoint, Port};
@@ -91,20 +92,40 @@ impl NodeHandle {
     }
 
     /// [`connect`](Self::connect) within `group`: never on a circuit of another group.
+    /// Traced as a `stream_open` span; a circuit built for it is a `circuit_build` child.
     pub async fn connect_isolated(
         &self,
         target: impl IntoTarget,
         group: &IsolationGroup,
     ) -> Result<NyxStream, Error> {
         let parsed = target.into_target()?;
+        let span = crate::spans::stream_open();
+        let mut attempts = 0;
+        let result = self
+            .open_with_retries(&parsed, group, &mut attempts)
+            .instrument(span.clone())
+            .await;
+        span.record("attempts", attempts);
+        crate::spans::record_outcome(&span, &result, "opened");
+        result
+    }
+
+    /// Tor's rule: a stream the exit could not open for a reason of its own (or whose
+    /// circuit ended) is tried again on another circuit, within the one open timeout.
+    /// Counts the circuits tried in `attempts`.
+    async fn open_with_retries(
+        &self,
+        parsed: &ExitTarget,
+        group: &IsolationGroup,
+        attempts: &mut u32,
+    ) -> Result<NyxStream, Error> {
         let text = parsed.to_string();
-        // Tor's rule: a stream the exit could not open for a reason of its own (or whose
-        // circuit ended) is tried again on another circuit, within the one open timeout.
         let deadline = tokio::time::Instant::now() + self.streams.open_timeout;
         let mut tried: Vec<Endpoint> = Vec::new();
         let mut last = Error::NodeStopped;
         for _ in 0..MAX_OPEN_ATTEMPTS {
-            let ep = self.circuit_for(group, &parsed, &tried).await?;
+            let ep = self.circuit_for(group, parsed, &tried).await?;
+            *attempts += 1;
             match self.open_on(ep.clone(), &text, deadline).await {
                 Err(e)
                     if e.reset_reason().is_some_and(ResetReason::retry_elsewhere)

@@ -10,6 +10,7 @@ use nyx_overlay::directory::{Directory, ExitPolicy};
 use nyx_overlay::path::{ExitRequirement, SampledGuard};
 use nyx_overlay::{CircuitHandle, DestroyReason, ExitHandle, LiveLimits, OverlayStats};
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument as _;
 
 use crate::client::ClientStreams;
 use crate::{CircuitInfo, Error, NodeEvent, PeerInfo};
@@ -154,10 +155,21 @@ impl NodeHandle {
 
     /// Build a circuit whose exit satisfies `req`: up to the configured number of paths are
     /// tried, each path avoiding relays that failed before.
+    /// Traced as a `circuit_build` span (fields in the crate's `spans` module).
     pub async fn build_circuit(&self, req: ExitRequirement) -> Result<Circuit, Error> {
-        let (reply, rx) = oneshot::channel();
-        self.command(Command::Build { req, reply }).await?;
-        rx.await.map_err(|_| Error::NodeStopped)?
+        let span = crate::spans::circuit_build(&req);
+        let result = async {
+            let (reply, rx) = oneshot::channel();
+            self.command(Command::Build { req, reply }).await?;
+            rx.await.map_err(|_| Error::NodeStopped)?
+        }
+        .instrument(span.clone())
+        .await;
+        if let Ok(circuit) = &result {
+            span.record("hops", circuit.path.len());
+        }
+        crate::spans::record_outcome(&span, &result, "built");
+        result
     }
 
     /// Answer an [`ExitRequest`] with a payload towards the circuit's owner.

@@ -51,6 +51,7 @@ mod links;
 mod node;
 mod nyx_stream;
 mod settings;
+mod spans;
 mod target;
 pub mod tcp;
 #[cfg(feature = "testing")]

@@ -120,6 +120,7 @@ impl Control for ControlService {
             transport: config.transport.to_string(),
             listen_addr: e.listen.to_string(),
             socks_addr: e.socks.map(|a| a.to_string()).unwrap_or_default(),
+            http_connect_addr: e.http_connect.map(|a| a.to_string()).unwrap_or_default(),
             control_socket: e
                 .control
                 .as_ref()

@@ -194,12 +194,11 @@ async fn run(config: DaemonConfig, path: Option<PathBuf>) -> Result<(), crate::E
         Some(t) => t.set_log_level(level).map_err(|e| e.to_string()),
         None => Err("telemetry is shut down".into()),
     });
-    let export_interval = config.telemetry.export_interval;
     let result = async {
         let notifier = Notifier::from_env()?;
         super::service::raise_nofile_limit();
         let daemon = Daemon::start(config, path, Some(log_control)).await?;
-        if telemetry.otlp_enabled() {
+        if let Some(export_interval) = telemetry.otlp_interval() {
             let cell = Arc::new(std::sync::OnceLock::new());
             let _ = cell.set(daemon.state().clone());
             let source = super::run::metrics_source(cell);

@@ -61,7 +61,7 @@ pub struct Daemon {
     /// The SOCKS and HTTP CONNECT entries that are on.
     entries: Vec<EntryServer>,
     signals: Signals,
-    notifier: Option<Notifier>,
+    notifier: Option<Arc<Notifier>>,
 }
 
 /// The signals a daemon handles, registered at start: from then on SIGINT and SIGTERM
@@ -349,19 +349,22 @@ impl Daemon {
     /// [`wait`](Self::wait) does: reloads, the watchdog, the stop. The caller sends
     /// `READY=1` itself, once it has announced the daemon.
     pub fn with_notifier(mut self, notifier: Notifier) -> Self {
+        let notifier = Arc::new(notifier);
+        self.state.set_notifier(Arc::clone(&notifier));
         self.notifier = Some(notifier);
         self
     }
 
     /// Run until SIGINT, SIGTERM or a Shutdown call; SIGHUP reloads the configuration.
     /// Then stop gracefully: stop accepting, tear circuits down, remove the control socket.
-    /// With a notifier, a reload is framed by `RELOADING=1` and `READY=1`, `WATCHDOG=1`
-    /// goes out at its interval from this loop, and `STOPPING=1` precedes the stop.
+    /// With a notifier, a reload (from SIGHUP or the control API) is framed by `RELOADING=1`
+    /// and `READY=1`, `WATCHDOG=1` goes out at its interval from this loop, and
+    /// `STOPPING=1` precedes the stop.
     pub async fn wait(mut self) -> Result<(), Error> {
         let mut watchdog = self
             .notifier
             .as_ref()
-            .and_then(Notifier::watchdog)
+            .and_then(|n| n.watchdog())
             .map(tokio::time::interval);
         loop {
             tokio::select! {
@@ -383,11 +386,8 @@ impl Daemon {
         Ok(())
     }
 
-    /// SIGHUP: reload the configuration file, telling the service manager.
+    /// SIGHUP: reload the configuration file (the state tells the service manager).
     async fn reload(&self) {
-        if let Some(notifier) = &self.notifier {
-            notifier.reloading();
-        }
         match self.state.reload().await {
             Ok(outcome) => {
                 if !outcome.diff.restart.is_empty() {
@@ -398,9 +398,6 @@ impl Daemon {
                 }
             }
             Err(e) => tracing::error!(error = %e, "SIGHUP: reload failed; nothing changed"),
-        }
-        if let Some(notifier) = &self.notifier {
-            notifier.ready();
         }
     }
 

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::config::{ConfigDiff, DaemonConfig};
 use super::files;
+use super::sd_notify::Notifier;
 use super::stream_registry::StreamRegistry;
 use crate::Error;
 use crate::entry::{EntryCounters, Protocol};
@@ -88,6 +89,8 @@ pub struct DaemonState {
     shutdown: watch::Sender<bool>,
     /// The counters of the entries that are on (SOCKS, HTTP CONNECT).
     entries: Mutex<Vec<(Protocol, EntryCounters)>>,
+    /// The service manager, told of reloads from any source (SIGHUP or the control API).
+    notifier: std::sync::OnceLock<Arc<Notifier>>,
 }
 
 impl std::fmt::Debug for DaemonState {
@@ -153,7 +156,14 @@ impl DaemonState {
             descriptor: Mutex::new(parts.descriptor),
             shutdown,
             entries: Mutex::new(Vec::new()),
+            notifier: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Tell `notifier` (sd_notify) about every reload from now on: `RELOADING=1` before,
+    /// `READY=1` after. Only the first notifier set is used.
+    pub fn set_notifier(&self, notifier: Arc<Notifier>) {
+        let _ = self.notifier.set(notifier);
     }
 
     /// The configuration in force.
@@ -274,8 +284,24 @@ impl DaemonState {
     /// directory.
     /// Keys that need a restart are reported and keep their old values. A file that does
     /// not parse or validate changes nothing.
+    ///
+    /// With a notifier ([`set_notifier`](Self::set_notifier)) the reload is framed by
+    /// `RELOADING=1` and `READY=1`, whether SIGHUP or the control API asked for it.
     pub async fn reload(&self) -> Result<ReloadOutcome, Error> {
         let _one = self.adopting.lock().await;
+        let notifier = self.notifier.get();
+        if let Some(n) = notifier {
+            n.reloading();
+        }
+        let outcome = self.reload_locked().await;
+        if let Some(n) = notifier {
+            n.ready();
+        }
+        outcome
+    }
+
+    /// [`reload`](Self::reload)'s work, with `adopting` held.
+    async fn reload_locked(&self) -> Result<ReloadOutcome, Error> {
         let new = match &self.config_path {
             Some(path) => DaemonConfig::load(path)?,
             None => self.config(),

@@ -5,8 +5,8 @@
 //! * [`Telemetry::init`] installs the process's `tracing` subscriber: an `EnvFilter` that
 //!   [`Telemetry::set_log_level`] can change while the daemon runs, human-readable or JSON
 //!   lines on stderr (timestamps to the second unless `log.timestamps` asks for more),
-//!   and, when `telemetry.otlp_endpoint` is set, spans and metrics exported to an
-//!   OpenTelemetry collector over OTLP/gRPC. It also sets the [`nyx_core::redact`] switch
+//!   and, when `telemetry.otlp_endpoint` or the standard `OTEL_EXPORTER_OTLP_ENDPOINT`
+//!   names a collector, spans and metrics exported to it over OTLP/gRPC. It also sets the [`nyx_core::redact`] switch
 //!   from `log.log_sensitive`.
 //! * [`metrics`]: [`MetricsSnapshot`] and its Prometheus text rendering;
 //!   [`MetricsRecorder`] hands snapshots to the OTLP exporter.
@@ -55,6 +55,11 @@ pub use metrics::{
 };
 pub use otel::MetricsRecorder;
 use otel::OtelPipeline;
+pub use otel::outage::MAX_BACKOFF as OTLP_MAX_BACKOFF;
+pub use otel::settings::{
+    DEFAULT_EXPORT_INTERVAL, DEFAULT_SERVICE_NAME, MIN_EXPORT_INTERVAL, OtlpSettings,
+    check_endpoint, process_env,
+};
 pub use process::process_metrics;
 
 /// How long [`Telemetry::shutdown`] waits for the exporters to flush.
@@ -141,8 +146,13 @@ impl Telemetry {
         });
         let mut otel = None;
         let mut recorder = MetricsRecorder::disabled();
-        if let Some(endpoint) = &telemetry.otlp_endpoint {
-            let pipeline = OtelPipeline::new(telemetry, endpoint)?;
+        let settings =
+            OtlpSettings::resolve(telemetry, &process_env).map_err(|reason| Error::Telemetry {
+                what: "otlp",
+                reason,
+            })?;
+        if let Some(settings) = &settings {
+            let pipeline = OtelPipeline::new(settings)?;
             let tracer = pipeline.tracer_provider.tracer(otel::SCOPE);
             let not_exporter = filter::filter_fn(|meta| !is_exporter_target(meta.target()));
             layers.push(
@@ -189,6 +199,11 @@ impl Telemetry {
     /// Whether spans and metrics are exported over OTLP.
     pub fn otlp_enabled(&self) -> bool {
         self.otel.is_some()
+    }
+
+    /// How often metrics are exported over OTLP, when they are.
+    pub fn otlp_interval(&self) -> Option<Duration> {
+        self.otel.as_ref().map(|o| o.interval)
     }
 
     /// The handle through which the daemon feeds metric snapshots to the OTLP exporter

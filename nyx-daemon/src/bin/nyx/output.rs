@@ -64,6 +64,7 @@ pub(crate) fn status(out: &mut impl Write, info: &pb::NodeInfo, as_json: bool) -
     )?;
     writeln!(out, "listen     {} {}", info.transport, info.listen_addr)?;
     writeln!(out, "socks5     {}", or_off(&info.socks_addr))?;
+    writeln!(out, "http       {}", or_off(&info.http_connect_addr))?;
     writeln!(out, "control    {}", info.control_socket)?;
     writeln!(out, "metrics    {}", or_off(&info.prometheus_addr))?;
     writeln!(out, "data dir   {}", info.data_dir)?;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::DaemonConfig;
 use crate::Error;
 use crate::daemon::files;
+use crate::telemetry::{DEFAULT_EXPORT_INTERVAL, DEFAULT_SERVICE_NAME, OtlpSettings};
 
 /// What a listener of [`DaemonConfig::exposed_listeners`] risks (logged at start, printed
 /// by `--check-config`).
@@ -33,11 +34,42 @@ impl DaemonConfig {
     }
 
     /// This configuration with its unset keys replaced by what they stand for: `data_dir`,
-    /// `control.socket` (when the socket is on) and `listen` (what `nyx-daemon
-    /// --check-config` prints). Keys that stay unset (`relay.advertise`,
-    /// `telemetry.prometheus_listen`, `telemetry.otlp_endpoint`) mean "off".
+    /// `control.socket` (when the socket is on), `listen`, and the `[telemetry]` keys the
+    /// `OTEL_*` variables fill in (what `nyx-daemon --check-config` prints). Keys that stay
+    /// unset (`relay.advertise`, `telemetry.prometheus_listen`, `telemetry.otlp_endpoint`)
+    /// mean "off".
     pub fn effective(&self) -> Result<DaemonConfig, Error> {
+        self.effective_with(&crate::telemetry::process_env)
+    }
+
+    /// [`effective`](Self::effective), reading the `OTEL_*` variables through `env`.
+    pub fn effective_with(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<DaemonConfig, Error> {
         let mut config = self.clone();
+        let t = &mut config.telemetry;
+        match OtlpSettings::resolve(&self.telemetry, env) {
+            Ok(Some(s)) => {
+                t.otlp_endpoint = Some(s.shown_endpoint);
+                t.service_name = Some(s.service_name);
+                t.export_interval = Some(s.interval);
+            }
+            Ok(None) => {
+                // Off (no collector named, or OTEL_SDK_DISABLED): the other keys apply to
+                // nothing, but are shown with the values they would take.
+                t.otlp_endpoint = None;
+                t.service_name
+                    .get_or_insert_with(|| DEFAULT_SERVICE_NAME.to_owned());
+                t.export_interval.get_or_insert(DEFAULT_EXPORT_INTERVAL);
+            }
+            Err(reason) => {
+                return Err(Error::Telemetry {
+                    what: "otlp",
+                    reason,
+                });
+            }
+        }
         let data_dir = self.effective_data_dir()?;
         if config.control.enabled {
             config.control.socket = Some(self.effective_control_socket(&data_dir));
@@ -96,6 +128,37 @@ mod tests {
         config.control.enabled = false;
         config.control.socket = None;
         assert_eq!(config.effective().unwrap().control.socket, None);
+    }
+
+    #[test]
+    fn telemetry_shows_what_the_environment_fills_in() {
+        let config = DaemonConfig::default();
+        let no_env = |_: &str| None;
+        let shown = config.effective_with(&no_env).unwrap().telemetry;
+        assert_eq!(shown.otlp_endpoint, None);
+        assert_eq!(shown.service_name.as_deref(), Some(DEFAULT_SERVICE_NAME));
+        assert_eq!(shown.export_interval, Some(DEFAULT_EXPORT_INTERVAL));
+        let env = |name: &str| match name {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://10.0.0.5:4317".to_owned()),
+            "OTEL_SERVICE_NAME" => Some("relay-3".to_owned()),
+            "OTEL_METRIC_EXPORT_INTERVAL" => Some("30000".to_owned()),
+            _ => None,
+        };
+        let shown = config.effective_with(&env).unwrap();
+        let text = shown.to_toml();
+        assert!(
+            text.contains("otlp_endpoint = \"http://10.0.0.5:4317\"")
+                && text.contains("service_name = \"relay-3\"")
+                && text.contains("export_interval = \"30s\""),
+            "{text}"
+        );
+        let bad = |name: &str| match name {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://10.0.0.5:4317".to_owned()),
+            "OTEL_EXPORTER_OTLP_PROTOCOL" => Some("http/json".to_owned()),
+            _ => None,
+        };
+        let err = config.effective_with(&bad).unwrap_err().to_string();
+        assert!(err.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{err}");
     }
 
     #[test]

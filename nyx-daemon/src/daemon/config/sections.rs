@@ -130,33 +130,25 @@ pub enum LogTimestamps {
     Micros,
 }
 
-/// Metrics and trace export.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Metrics and trace export. Unset keys fall back to the standard `OTEL_*` variables (see
+/// [`crate::telemetry::OtlpSettings`]), then to the defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// OpenTelemetry collector to send traces and metrics to over OTLP/gRPC, e.g.
-    /// `http://127.0.0.1:4317` (plain http: no TLS in this version). Default: unset (no
-    /// export).
+    /// `http://127.0.0.1:4317` (plain http: no TLS in this version). Default: unset, then
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`; with neither, nothing is exported.
     pub otlp_endpoint: Option<String>,
     /// Address to serve Prometheus metrics on. Default: unset (metrics only over the control
     /// socket).
     pub prometheus_listen: Option<SocketAddr>,
-    /// `service.name` reported to the collector. Default: `nyx-daemon`.
-    pub service_name: String,
-    /// How often metrics are exported (at least 100 ms). Default: 10 s.
+    /// `service.name` reported to the collector. Default: `OTEL_SERVICE_NAME`, else a
+    /// `service.name` in `OTEL_RESOURCE_ATTRIBUTES`, else `nyx-daemon`.
+    pub service_name: Option<String>,
+    /// How often metrics are exported (at least 100 ms). Default: `OTEL_METRIC_EXPORT_INTERVAL`
+    /// (ms), else 10 s.
     #[serde(with = "humantime_serde")]
-    pub export_interval: Duration,
-}
-
-impl Default for TelemetryConfig {
-    fn default() -> Self {
-        TelemetryConfig {
-            otlp_endpoint: None,
-            prometheus_listen: None,
-            service_name: "nyx-daemon".to_owned(),
-            export_interval: Duration::from_secs(10),
-        }
-    }
+    pub export_interval: Option<Duration>,
 }
 
 impl ControlConfig {
@@ -203,33 +195,24 @@ impl TelemetryConfig {
     /// Problems with `[telemetry]`, as `(key, reason)`.
     pub(super) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut p = Vec::new();
-        if let Some(endpoint) = &self.otlp_endpoint {
-            if endpoint.starts_with("https://") {
-                // The exporter is built without TLS: say so now rather than at start.
-                p.push((
-                    "telemetry.otlp_endpoint",
-                    format!(
-                        "{endpoint:?}: https is not supported; use a local collector over \
-                         http:// (e.g. http://127.0.0.1:4317)"
-                    ),
-                ));
-            } else if endpoint
-                .strip_prefix("http://")
-                .is_none_or(|h| h.is_empty() || h.starts_with('/'))
-            {
-                p.push((
-                    "telemetry.otlp_endpoint",
-                    format!("{endpoint:?} is not an http:// URL with a host"),
-                ));
-            }
+        if let Some(endpoint) = &self.otlp_endpoint
+            && let Err(reason) = crate::telemetry::check_endpoint(endpoint)
+        {
+            p.push(("telemetry.otlp_endpoint", reason));
         }
-        if self.service_name.trim().is_empty() {
+        if self
+            .service_name
+            .as_ref()
+            .is_some_and(|name| name.trim().is_empty())
+        {
             p.push(("telemetry.service_name", "must not be empty".to_owned()));
         }
-        if self.export_interval < Duration::from_millis(100) {
+        if let Some(interval) = self.export_interval
+            && interval < crate::telemetry::MIN_EXPORT_INTERVAL
+        {
             p.push((
                 "telemetry.export_interval",
-                format!("{:?} is shorter than 100ms", self.export_interval),
+                format!("{interval:?} is shorter than 100ms"),
             ));
         }
         p

@@ -63,7 +63,10 @@ fn full_file_parses() {
     assert_eq!(c.transport, TransportKind::Udp);
     assert_eq!(c.socks.handshake_timeout, Duration::from_secs(2));
     assert_eq!(c.limits.max_circuits, 100);
-    assert_eq!(c.telemetry.export_interval, Duration::from_millis(2500));
+    assert_eq!(
+        c.telemetry.export_interval,
+        Some(Duration::from_millis(2500))
+    );
     let settings = c.node_settings();
     assert_eq!(settings.overlay.max_relay_circuits, 100);
     assert_eq!(settings.overlay.link_cells.burst(), 100);

@@ -17,6 +17,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
 use super::authority::AuthorityHandle;
 use crate::daemon::DaemonState;
 use nyx_core::redact::Redacted;
@@ -186,8 +188,43 @@ pub fn spawn_fetcher(
 }
 
 /// Ask the authorities, then a few caches, until one gives a consensus newer than the one
-/// held that this node accepts; true if one was taken up.
+/// held that this node accepts; true if one was taken up. Traced as a `directory_fetch`
+/// span: `tried` (servers asked), `outcome` (`adopted` or `none`) and `source` (the kind of
+/// server it came from, `authority` or `cache`); never which server.
 async fn fetch_round(state: &DaemonState, authorities: &[PinnedPeer]) -> bool {
+    let span = tracing::info_span!(
+        "directory_fetch",
+        tried = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        source = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let (tried, from) = ask_servers(state, authorities)
+        .instrument(span.clone())
+        .await;
+    span.record("tried", tried);
+    if let Some(kind) = from {
+        span.record("outcome", "adopted");
+        span.record("source", kind);
+        return true;
+    }
+    span.record("outcome", "none");
+    span.record("otel.status_code", "ERROR");
+    let expired = state
+        .consensus_valid_until()
+        .is_none_or(|until| until <= unix_now());
+    if expired {
+        tracing::warn!("no current consensus: no directory server had one");
+    }
+    false
+}
+
+/// [`fetch_round`]'s requests: how many servers were asked, and the kind of the one whose
+/// consensus was taken up.
+async fn ask_servers(
+    state: &DaemonState,
+    authorities: &[PinnedPeer],
+) -> (u32, Option<&'static str>) {
     let me = state.node.node_id();
     let mut sources: Vec<DirectoryPeer> = authorities
         .iter()
@@ -204,8 +241,14 @@ async fn fetch_round(state: &DaemonState, authorities: &[PinnedPeer]) -> bool {
         .collect();
     shuffle(&mut caches);
     sources.extend(caches.into_iter().take(CACHES_TRIED));
+    let mut tried = 0;
     for source in sources {
+        tried += 1;
         let from = source.node_id();
+        let kind = match source {
+            DirectoryPeer::Pinned(_) => "authority",
+            DirectoryPeer::Relay(_) => "cache",
+        };
         let newer_than = state.consensus_valid_after().unwrap_or(0);
         let request = DirRequest::GetConsensus { newer_than };
         match super::request(&state.node, source, &request).await {
@@ -216,7 +259,7 @@ async fn fetch_round(state: &DaemonState, authorities: &[PinnedPeer]) -> bool {
                 .adopt_consensus(from, consensus, &descriptors, true)
                 .await
             {
-                Ok(_) => return true,
+                Ok(_) => return (tried, Some(kind)),
                 Err(e) => tracing::warn!(error = %e, "consensus refused"),
             },
             Ok(DirResponse::NotModified | DirResponse::NotFound) => {}
@@ -226,11 +269,5 @@ async fn fetch_round(state: &DaemonState, authorities: &[PinnedPeer]) -> bool {
             Err(e) => tracing::info!(error = %e, "directory server unreachable"),
         }
     }
-    let expired = state
-        .consensus_valid_until()
-        .is_none_or(|until| until <= unix_now());
-    if expired {
-        tracing::warn!("no current consensus: no directory server had one");
-    }
-    false
+    (tried, None)
 }

@@ -1,98 +1,23 @@
-//! OpenTelemetry export over OTLP/gRPC: the span and metric pipelines, and the observable
-//! instruments that report the latest [`MetricsSnapshot`].
+//! The observable OTel instruments that report the latest [`MetricsSnapshot`].
 //!
-//! What it is for: building the SDK providers [`super::Telemetry`] owns (a batch span
-//! processor and a periodic metric reader, each with a tonic exporter to the configured
-//! collector) and the [`MetricsRecorder`] through which the daemon hands snapshots to them.
+//! What it is for: the [`MetricsRecorder`] through which the daemon hands snapshots to the
+//! OTLP metric pipeline, one instrument per metric family.
 //!
-//! What it is not for: logs (they go to stderr through `tracing-subscriber`), or
-//! Prometheus (see [`super::prometheus`]).
+//! What it is not for: the export itself (see [`super`]), or Prometheus, which renders
+//! snapshots as text (see [`crate::telemetry::prometheus`]).
 
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::daemon::config::TelemetryConfig;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, MeterProvider as _};
-use opentelemetry_otlp::WithExportConfig as _;
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 
-use super::families;
-use super::metrics::{ExtraMetric, Label, MetricKind, MetricsSnapshot, SnapshotSource};
-use crate::Error;
-
-/// The instrumentation scope of every span and instrument.
-pub(super) const SCOPE: &str = "nyx-daemon";
-
-/// The longest one export may take (connect included) before it is abandoned.
-const MAX_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The SDK providers of a running OTLP export.
-#[derive(Debug)]
-pub(super) struct OtelPipeline {
-    pub(super) tracer_provider: SdkTracerProvider,
-    pub(super) meter_provider: SdkMeterProvider,
-}
-
-impl OtelPipeline {
-    /// Exporters to `endpoint`; must run inside a Tokio runtime (the gRPC channel spawns its
-    /// connection task there).
-    pub(super) fn new(t: &TelemetryConfig, endpoint: &str) -> Result<Self, Error> {
-        let fail = |e: &dyn std::fmt::Display| Error::Telemetry {
-            what: "otlp",
-            reason: e.to_string(),
-        };
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(fail(&"OTLP export must be set up inside a Tokio runtime"));
-        }
-        let timeout = t.export_interval.min(MAX_EXPORT_TIMEOUT);
-        let resource = Resource::builder()
-            .with_service_name(t.service_name.clone())
-            .build();
-        let spans = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint)
-            .with_timeout(timeout)
-            .build()
-            .map_err(|e| fail(&e))?;
-        let tracer_provider = SdkTracerProvider::builder()
-            .with_batch_exporter(spans)
-            .with_resource(resource.clone())
-            .build();
-        let metrics = opentelemetry_otlp::MetricExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint)
-            .with_timeout(timeout)
-            .build()
-            .map_err(|e| fail(&e))?;
-        let reader = PeriodicReader::builder(metrics)
-            .with_interval(t.export_interval)
-            .build();
-        let meter_provider = SdkMeterProvider::builder()
-            .with_reader(reader)
-            .with_resource(resource)
-            .build();
-        Ok(OtelPipeline {
-            tracer_provider,
-            meter_provider,
-        })
-    }
-
-    /// Flush and stop both providers (each waits for its exporter, bounded by the SDK).
-    pub(super) fn shutdown(&self, timeout: Duration) -> Result<(), String> {
-        let spans = self.tracer_provider.shutdown_with_timeout(timeout);
-        let metrics = self.meter_provider.shutdown_with_timeout(timeout);
-        match (spans, metrics) {
-            (Ok(()), Ok(())) => Ok(()),
-            (Err(e), _) => Err(format!("spans: {e}")),
-            (_, Err(e)) => Err(format!("metrics: {e}")),
-        }
-    }
-}
+use super::SCOPE;
+use crate::telemetry::families;
+use crate::telemetry::metrics::{ExtraMetric, Label, MetricKind, MetricsSnapshot, SnapshotSource};
 
 /// Hands metric snapshots to the OTLP exporter, which reads the latest one at every export
 /// interval. Cheap to clone; does nothing when OTLP export is off.
@@ -118,7 +43,7 @@ impl std::fmt::Debug for MetricsRecorder {
 
 impl MetricsRecorder {
     /// A recorder whose instruments live on `meter` (one per built-in family, created now).
-    pub(super) fn new(meter: Meter) -> Self {
+    pub(in crate::telemetry) fn new(meter: Meter) -> Self {
         let latest = Arc::new(Mutex::new(MetricsSnapshot::default()));
         for f in families::all() {
             let snapshot = Arc::clone(&latest);
@@ -237,15 +162,15 @@ fn register_extra(meter: &Meter, latest: &Arc<Mutex<MetricsSnapshot>>, m: &Extra
 }
 
 /// The meter the recorder's instruments use.
-pub(super) fn meter(provider: &SdkMeterProvider) -> Meter {
+pub(in crate::telemetry) fn meter(provider: &SdkMeterProvider) -> Meter {
     provider.meter(SCOPE)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_sdk::metrics::InMemoryMetricExporter;
     use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
 
     /// The OTel instruments report the recorded snapshot's numbers, with the same labels.
     #[test]
@@ -328,7 +253,7 @@ mod tests {
         let recorder = MetricsRecorder::new(meter(&provider));
         let (called_tx, mut called) = tokio::sync::mpsc::unbounded_channel();
         let calls = std::sync::atomic::AtomicUsize::new(0);
-        let source = super::super::snapshot_source(move || {
+        let source = crate::telemetry::snapshot_source(move || {
             let first = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
             let _ = called_tx.send(());
             async move {
