@@ -290,6 +290,23 @@ async fn testnet_serves_curl_streams_circuits_and_stops_cleanly() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
 
+    // A target that refuses: curl fails (and the stream_open span says why, below).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let socks = s.socks.clone();
+    let refused = tokio::task::spawn_blocking(move || {
+        Command::new("curl")
+            .args(["--silent", "--max-time", "60", "--socks5-hostname", &socks])
+            .arg(format!("http://{closed}/"))
+            .status()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!refused.success(), "curl to a closed port succeeded");
+
     // A SOCKS stream is listed while it is open and closed from the API.
     let mut held = socks_connect(&s.socks, &web).await;
     let streams = c
