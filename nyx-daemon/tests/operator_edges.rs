@@ -171,6 +171,36 @@ fn check_config_binds_every_listener_and_shows_every_effective_value() {
     }
     assert!(!data.exists(), "a check creates no data directory");
 
+    // The OTEL_* variables fill in the telemetry keys the file leaves unset, and one the
+    // daemon cannot honour fails the check, named.
+    let mut cmd = daemon_cmd(&config);
+    cmd.arg("--check-config")
+        .env("XDG_STATE_HOME", &dir)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+        .env("OTEL_SERVICE_NAME", "relay-check")
+        .env_remove("OTEL_SDK_DISABLED");
+    let out = cmd.output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "otlp_endpoint = \"http://127.0.0.1:4317\"",
+        "service_name = \"relay-check\"",
+        "export_interval = \"10s\"",
+    ] {
+        assert!(shown.lines().any(|l| l == line), "{line} not in {shown}");
+    }
+    let out = cmd
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{stderr}");
+
     // A SOCKS port in use: the check fails with the error the start then fails with.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
