@@ -13,6 +13,9 @@
 //! * [`Error::kind`]: what went wrong, as an [`ErrorKind`] to match on;
 //! * [`tcp::DrainingTcp`]: a TCP stream to relay into a [`NyxStream`] that never stalls on
 //!   a short read (the exit uses it; so does nyx-daemon's SOCKS entry).
+//! * `tracing` spans for whatever subscriber the application installs: `circuit_build` and
+//!   `stream_open`, with counts, kinds and outcomes only (never a target, an address or a
+//!   relay; the fields are listed in docs/telemetry.md).
 //!
 //! The node stops when the application drops the [`Node`], every [`NodeHandle`] and every
 //! [`NyxStream`] (or at once with [`Node::shutdown`]); its tasks end and its socket is
