@@ -79,15 +79,11 @@ impl OtlpSettings {
         if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
             return Ok(None);
         }
-        let from_env = ENDPOINT_VARS
-            .iter()
-            .find_map(|name| var(name).map(|v| (*name, v)));
+        // Checked below, with every endpoint variable the exporter could pick.
+        let from_env = ENDPOINT_VARS.iter().find_map(|name| var(name));
         let shown_endpoint = match (&t.otlp_endpoint, &from_env) {
             (Some(configured), _) => configured.clone(),
-            (None, Some((name, value))) => {
-                check_endpoint(value).map_err(|reason| format!("{name}: {reason}"))?;
-                value.clone()
-            }
+            (None, Some(value)) => value.clone(),
             (None, None) => return Ok(None),
         };
         // Every endpoint the exporter could pick from the environment must be usable too.
