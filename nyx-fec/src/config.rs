@@ -23,7 +23,7 @@ pub struct FecConfig {
     pub flush_delay: Duration,
     /// Blocks the sender may have unacknowledged (and the receiver holds) at once: the
     /// memory bound (about twice this many blocks of data on each side). A sender at the cap
-    /// accepts no more data (backpressure). Default 8.
+    /// fills one more (open) block, then accepts no more data (backpressure). Default 8.
     pub max_blocks_in_flight: u32,
     /// How often the receiver reports (while it has something to report). Default 25 ms.
     pub feedback_interval: Duration,

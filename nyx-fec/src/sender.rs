@@ -65,7 +65,11 @@ pub struct Sender {
     open: Vec<u8>,
     open_since: Option<Timestamp>,
     flush_requested: bool,
+    /// The writer asked for the open block to leave as soon as it can ([`Self::push`]).
+    pushed: bool,
     blocks: VecDeque<SendBlock>,
+    /// Bytes of data (padded) in `blocks`.
+    blocks_bytes: usize,
     next_block: u32,
     next_seq: u32,
     estimator: LossEstimator,
@@ -88,7 +92,9 @@ impl Sender {
             config,
             open_since: None,
             flush_requested: false,
+            pushed: false,
             blocks: VecDeque::new(),
+            blocks_bytes: 0,
             next_block: 0,
             next_seq: 0,
             estimator: LossEstimator::default(),
@@ -100,13 +106,16 @@ impl Sender {
         })
     }
 
-    /// Accept as much of `data` as the window allows; returns how many bytes were taken
-    /// (0 when the sender already holds `max_blocks_in_flight` unacknowledged blocks: wait for
-    /// feedback). Full blocks are closed and queued at once.
+    /// Accept as much of `data` as the window allows; returns how many bytes were taken.
+    /// Full blocks are closed and queued at once. A sender that already holds
+    /// `max_blocks_in_flight` unacknowledged blocks still fills its open block, which then
+    /// closes as soon as feedback makes room: a writer held back by the window coalesces
+    /// into large blocks instead of closing a small one at every acknowledgement. Only a
+    /// full open block at the cap refuses data (0): wait for feedback.
     pub fn write(&mut self, data: &[u8], now: Timestamp) -> Result<usize, Error> {
         let block_bytes = self.config.block_bytes();
         let mut taken = 0;
-        while taken < data.len() && self.has_room() {
+        while taken < data.len() && self.can_write() {
             if self.open.is_empty() {
                 self.open_since = Some(now);
             }
@@ -117,7 +126,7 @@ impl Sender {
             self.open.extend_from_slice(&data[taken..taken + n]);
             taken += n;
             if self.open.len() == block_bytes {
-                self.close_block(now)?;
+                self.flush(now)?;
             }
         }
         self.stats.bytes += taken as u64;
@@ -240,7 +249,9 @@ impl Sender {
                 self.controller.on_block(front.second_round);
             }
             self.stats.acknowledged += 1;
-            self.blocks.pop_front();
+            if let Some(gone) = self.blocks.pop_front() {
+                self.blocks_bytes -= gone.data.len();
+            }
         }
         self.estimator.update(fb.expected, fb.received, fb.runs);
         let p = self.estimator.loss();
@@ -306,15 +317,58 @@ impl Sender {
     /// When the sender next needs [`handle_timeout`](Self::handle_timeout): the open block's
     /// flush deadline or the next probe.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let flush = self
-            .open_since
-            .filter(|_| !self.open.is_empty())
-            .map(|t| t.saturating_add(self.config.flush_delay));
+        let flush = self.flush_deadline();
         let probe = self.probe_deadline();
         match (flush, probe) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The writer has nothing more for now: the open block leaves as soon as it can, at
+    /// once unless the sender [coalesces](Self::coalescing), and then as soon as it stops.
+    /// Unlike [`flush`](Self::flush) (the end of a stream, an explicit flush) this keeps a
+    /// bulk transfer's blocks large: a copy loop pushes every time its source is drained
+    /// for a moment, and under Shadow that cut an exit's blocks to 16 symbols.
+    pub fn push(&mut self, now: Timestamp) -> Result<(), Error> {
+        if self.open.is_empty() {
+            return Ok(());
+        }
+        if self.coalescing() {
+            self.pushed = true;
+            Ok(())
+        } else {
+            self.flush(now)
+        }
+    }
+
+    /// When the open block is closed although not full: `flush_delay` after its first
+    /// byte (at once once pushed), unless the sender [coalesces](Self::coalescing).
+    fn flush_deadline(&self) -> Option<Timestamp> {
+        if self.open.is_empty() || self.flush_requested || self.coalescing() {
+            return None;
+        }
+        let delay = if self.pushed {
+            Duration::ZERO
+        } else {
+            self.config.flush_delay
+        };
+        self.open_since.map(|t| t.saturating_add(delay))
+    }
+
+    /// Whether the open block keeps filling instead of closing at its flush deadline:
+    /// while symbols of closed blocks still wait to be sent (the caller's window holds them
+    /// back, so closing it would not send it any sooner), or while it holds less than its
+    /// share of what is in flight: a quarter of the block window's worth of blocks
+    /// carries everything in flight, so a bulk transfer keeps about that many blocks
+    /// out and never meets the block cap before its blocks are full. Small blocks under a
+    /// bulk transfer fill the block window with little data: under Shadow an exit's blocks
+    /// came out at 10 to 50 symbols, and the block window, not the circuit's, capped what
+    /// was in flight. A sparse writer has little in flight, so its blocks still close at
+    /// the deadline. [`flush`](Self::flush) closes a block at once.
+    pub fn coalescing(&self) -> bool {
+        let quarter = (self.config.max_blocks_in_flight as usize / 4).max(1);
+        self.has_pending_symbols() || self.open.len() < self.blocks_bytes / quarter
     }
 
     fn probe_deadline(&self) -> Option<Timestamp> {
@@ -329,10 +383,7 @@ impl Sender {
 
     /// Close an overdue open block; send a probe if feedback has stopped.
     pub fn handle_timeout(&mut self, now: Timestamp) -> Result<(), Error> {
-        if let Some(since) = self.open_since
-            && !self.open.is_empty()
-            && now >= since.saturating_add(self.config.flush_delay)
-        {
+        if self.flush_deadline().is_some_and(|at| now >= at) {
             self.flush(now)?;
         }
         if let Some(at) = self.probe_deadline()
@@ -382,9 +433,10 @@ impl Sender {
         self.blocks.iter().any(|b| b.to_send > 0)
     }
 
-    /// Whether [`write`](Self::write) would accept data now (the window has room).
+    /// Whether [`write`](Self::write) would accept data now (the window has room, or the
+    /// open block does).
     pub fn can_write(&self) -> bool {
-        self.has_room()
+        self.has_room() || self.open.len() < self.config.block_bytes()
     }
 
     /// Whether everything written was acknowledged as delivered.
@@ -419,6 +471,7 @@ impl Sender {
             Vec::with_capacity(self.config.block_bytes()),
         );
         data.resize(k * t, 0);
+        self.blocks_bytes += data.len();
         // k <= max_block_symbols <= 56403 and 1 <= tail <= t fit u16.
         let (k, tail) = (k as u16, tail as u16);
         self.blocks.push_back(SendBlock {
@@ -438,6 +491,7 @@ impl Sender {
         self.next_block += 1;
         self.open_since = None;
         self.flush_requested = false;
+        self.pushed = false;
         self.stats.blocks += 1;
         self.stats.source_symbols += u64::from(k);
         Ok(())
@@ -544,5 +598,130 @@ mod tests {
         let again = late.saturating_add(std::time::Duration::from_secs(1));
         tx.handle_feedback(&bytes[..n], again).unwrap();
         assert_eq!(tx.stats().requested_repair, answered);
+    }
+
+    /// Under Shadow, an exit whose circuit window held its symbols back closed a small
+    /// block at every flush deadline: blocks of 10 to 20 symbols, and the block window,
+    /// not the circuit's, capped what was in flight. A block that could not leave sooner
+    /// keeps filling instead.
+    #[test]
+    fn the_flush_delay_waits_while_earlier_symbols_are_queued() {
+        let t0 = Timestamp::from_millis(100);
+        let mut tx = one_block(t0);
+        let delay = tx.config.flush_delay;
+        // The first block is queued and unsent; a small write opens the next.
+        tx.write(&[1u8; 20], t0).unwrap();
+        assert_eq!(
+            tx.poll_timeout(),
+            None,
+            "no flush deadline while symbols are queued"
+        );
+        let late = t0.saturating_add(delay * 3);
+        tx.handle_timeout(late).unwrap();
+        assert_eq!(
+            tx.blocks_in_flight(),
+            1,
+            "still open: it would only wait in the queue"
+        );
+        tx.write(&[2u8; 60], late).unwrap();
+        assert_eq!(tx.unflushed(), 80);
+        // Once the queue is out, the overdue block closes at the next timeout.
+        let mut out = [0u8; 64];
+        while tx.poll_transmit(late, &mut out).unwrap().is_some() {}
+        assert_eq!(tx.poll_timeout(), Some(t0.saturating_add(delay)));
+        tx.handle_timeout(late).unwrap();
+        assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 0));
+    }
+
+    #[test]
+    fn a_block_waits_for_its_share_of_what_is_in_flight() {
+        let t0 = Timestamp::from_millis(100);
+        let config = FecConfig {
+            symbol_size: 16,
+            max_block_symbols: 8,
+            max_blocks_in_flight: 4,
+            ..FecConfig::default()
+        };
+        let mut tx = Sender::new(config, t0).unwrap();
+        let delay = tx.config.flush_delay;
+        let mut out = [0u8; 64];
+        // Two one-symbol blocks in flight: 32 bytes; a quarter of 4 blocks is one block,
+        // so an early close needs 32 bytes.
+        for _ in 0..2 {
+            tx.write(&[1u8; 10], t0).unwrap();
+            tx.flush(t0).unwrap();
+        }
+        while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+        tx.write(&[2u8; 20], t0).unwrap();
+        assert!(tx.coalescing());
+        let late = t0.saturating_add(delay * 3);
+        tx.handle_timeout(late).unwrap();
+        assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 20));
+        // With its share, the overdue block closes at the next timeout.
+        tx.write(&[2u8; 20], late).unwrap();
+        assert!(!tx.coalescing());
+        assert_eq!(tx.poll_timeout(), Some(t0.saturating_add(delay)));
+        tx.handle_timeout(late).unwrap();
+        assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (3, 0));
+    }
+
+    #[test]
+    fn a_push_waits_while_the_sender_coalesces_and_a_flush_does_not() {
+        let t0 = Timestamp::from_millis(100);
+        let mut tx = one_block(t0);
+        // The first block's symbols are queued: a pushed block would only wait behind them.
+        tx.write(&[1u8; 70], t0).unwrap();
+        tx.push(t0).unwrap();
+        assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (1, 70));
+        // Once they are out, it is due at once (not a flush delay later).
+        let mut out = [0u8; 64];
+        while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+        // (128 bytes in flight over a quarter of 8 blocks: 70 bytes are its share.)
+        assert_eq!(tx.poll_timeout(), Some(t0));
+        tx.handle_timeout(t0).unwrap();
+        assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 0));
+        // A flush closes at once whatever is queued.
+        tx.write(&[2u8; 5], t0).unwrap();
+        tx.flush(t0).unwrap();
+        assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (3, 0));
+    }
+
+    #[test]
+    fn a_writer_held_by_the_block_window_fills_one_open_block() {
+        let t0 = Timestamp::from_millis(100);
+        let config = FecConfig {
+            symbol_size: 16,
+            max_block_symbols: 8,
+            max_blocks_in_flight: 2,
+            ..FecConfig::default()
+        };
+        let mut tx = Sender::new(config, t0).unwrap();
+        let mut out = [0u8; 64];
+        tx.write(&[1u8; 10], t0).unwrap();
+        tx.flush(t0).unwrap();
+        tx.write(&[2u8; 10], t0).unwrap();
+        tx.flush(t0).unwrap();
+        while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+        // Two small blocks fill the window; the writer still fills a whole third block.
+        assert_eq!(tx.write(&[3u8; 1000], t0).unwrap(), 128);
+        assert_eq!(tx.write(&[3u8; 1000], t0).unwrap(), 0);
+        assert!(!tx.can_write());
+        assert_eq!(
+            tx.poll_timeout(),
+            Some(t0.saturating_add(tx.config.probe_timeout))
+        );
+        // Feedback for the first block makes room: the full block closes at once.
+        let fb = Feedback {
+            next: 1,
+            expected: 0,
+            received: 0,
+            runs: 0,
+            requests: Vec::new(),
+        };
+        let mut bytes = [0u8; 64];
+        let n = fb.write(&mut bytes).unwrap();
+        tx.handle_feedback(&bytes[..n], t0).unwrap();
+        assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 0));
+        assert!(tx.has_pending_symbols());
     }
 }

@@ -98,14 +98,22 @@ fn the_window_bounds_memory_on_both_sides() {
     let mut rx = Receiver::new(cfg.clone()).unwrap();
     let big = vec![1u8; 10 * cfg.block_bytes()];
     let taken = tx.write(&big, T0).unwrap();
-    assert_eq!(taken, cfg.max_blocks_in_flight as usize * cfg.block_bytes());
+    // The cap's blocks, and one open block that waits for room.
+    let cap = cfg.max_blocks_in_flight as usize;
+    assert_eq!(taken, (cap + 1) * cfg.block_bytes());
+    assert_eq!(tx.blocks_in_flight(), cap);
     assert_eq!(tx.write(&big, T0).unwrap(), 0, "backpressure at the cap");
     for p in drain(&mut tx, T0) {
         rx.handle_packet(&p, T0).unwrap();
     }
     let fb = feedback(&mut rx, ms(1)).unwrap();
     tx.handle_feedback(&fb, ms(1)).unwrap();
-    assert_eq!(tx.blocks_in_flight(), 0);
+    assert_eq!(
+        tx.blocks_in_flight(),
+        1,
+        "the waiting block closed once there was room"
+    );
+    assert_eq!(tx.unflushed(), 0);
     assert!(
         tx.write(&big, ms(1)).unwrap() > 0,
         "room again after the acknowledgement"

@@ -14,7 +14,10 @@ pub struct CcConfig {
     pub initial_window: u32,
     /// Never below this (default 8).
     pub min_window: u32,
-    /// Never above this (default 1024); bounds what a circuit may queue at a relay.
+    /// Never above this (default 8192 cells, 8 MiB: the bandwidth-delay product of
+    /// 100 Mbit/s over a 670 ms round trip). It is not what keeps a relay's queue short: the
+    /// delay thresholds below do that, and a relay drops what exceeds its per-circuit queue.
+    /// At 1024 a circuit could not carry more than 3.4 MB/s at a 300 ms round trip.
     pub max_window: u32,
     /// Below this many cells queued on the path, grow (default 64).
     ///
@@ -41,7 +44,7 @@ impl Default for CcConfig {
         CcConfig {
             initial_window: 32,
             min_window: 8,
-            max_window: 1024,
+            max_window: 8192,
             alpha: 64,
             beta: 128,
             gamma: 96,
@@ -82,6 +85,7 @@ pub struct Vegas {
     /// Packets to acknowledge before the round ends, and the round's smallest RTT.
     round_left: u32,
     round_rtt: Option<Duration>,
+    round_samples: u32,
     round_lost: u32,
     /// Base RTT: the minimum of the current and the previous epoch.
     base_now: Option<Duration>,
@@ -105,6 +109,7 @@ impl Vegas {
             config,
             slow_start: true,
             round_rtt: None,
+            round_samples: 0,
             round_lost: 0,
             base_now: None,
             base_prev: None,
@@ -163,10 +168,49 @@ impl Vegas {
     pub fn on_timeout(&mut self) {
         self.cwnd = (self.cwnd / 2).max(self.config.min_window);
         self.slow_start = false;
-        self.round_left = self.cwnd;
-        self.round_rtt = None;
+        self.new_round();
         self.round_lost = 0;
         self.congestion_events += 1;
+    }
+
+    fn new_round(&mut self) {
+        self.round_left = self.cwnd;
+        self.round_rtt = None;
+        self.round_samples = 0;
+    }
+
+    /// Cells in the network beyond what the bare path holds, had the whole window seen
+    /// `rtt`: cwnd · (rtt − base) / rtt.
+    fn queued_at(&self, rtt: Duration, base: Duration) -> u32 {
+        let rtt_ns = rtt.as_nanos().max(1);
+        let extra = rtt.saturating_sub(base).as_nanos();
+        (u128::from(self.cwnd) * extra / rtt_ns).min(u128::from(u32::MAX)) as u32
+    }
+
+    /// Slow start ends within a round as soon as the round's samples show the queue, not
+    /// only at its end. At a long round trip a doubled window reaches the bottleneck faster
+    /// than it drains for the whole round before the round's end would tell: the stream
+    /// simulation at 300 ms lost 2% of a loss-free path's cells so once the window could
+    /// pass 1 024 cells. The round's smallest RTT over at least this many samples is used,
+    /// so that one late acknowledgement does not end it.
+    fn slow_start_check(&mut self) {
+        const MIN_SAMPLES: u32 = 8;
+        if !self.slow_start || self.round_samples < MIN_SAMPLES {
+            return;
+        }
+        let (Some(rtt), Some(base)) = (self.round_rtt, self.base_rtt()) else {
+            return;
+        };
+        let queued = self.queued_at(rtt, base);
+        if queued > self.config.gamma {
+            self.queued = queued;
+            self.slow_start = false;
+            self.cwnd = self
+                .cwnd
+                .saturating_sub(queued - self.config.gamma)
+                .max(self.config.min_window);
+            self.new_round();
+        }
     }
 
     fn sample(&mut self, rtt: Duration, now: Timestamp) {
@@ -180,6 +224,8 @@ impl Vegas {
         }
         self.base_now = Some(self.base_now.map_or(rtt, |b| b.min(rtt)));
         self.round_rtt = Some(self.round_rtt.map_or(rtt, |r| r.min(rtt)));
+        self.round_samples += 1;
+        self.slow_start_check();
     }
 
     fn end_round(&mut self) {
@@ -191,15 +237,12 @@ impl Vegas {
         // stands: a queue that overflows drops many cells at once; random loss does not move.
         let spike = lost > 0 && rate > 2.0 * self.loss_avg + 0.01;
         self.loss_avg += (rate - self.loss_avg) / 8.0;
-        let (Some(rtt), Some(base)) = (self.round_rtt.take(), self.base_rtt()) else {
+        let (Some(rtt), Some(base)) = (self.round_rtt, self.base_rtt()) else {
             // No sample this round (every ACK lost?): hold the window.
-            self.round_left = self.cwnd;
+            self.new_round();
             return;
         };
-        // Cells in the network beyond what the bare path holds: cwnd * (rtt - base) / rtt.
-        let rtt_ns = rtt.as_nanos().max(1);
-        let extra = rtt.saturating_sub(base).as_nanos();
-        let queued = (u128::from(self.cwnd) * extra / rtt_ns) as u32;
+        let queued = self.queued_at(rtt, base);
         self.queued = queued;
         let step = (self.cwnd / 16).max(2);
         if queued > c.delta || (spike && queued > c.beta) {
@@ -219,7 +262,7 @@ impl Vegas {
         } else if queued > c.beta {
             self.cwnd = self.cwnd.saturating_sub(step).max(c.min_window);
         }
-        self.round_left = self.cwnd;
+        self.new_round();
     }
 }
 
@@ -351,6 +394,31 @@ mod tests {
     }
 
     #[test]
+    fn slow_start_ends_within_the_round_that_shows_the_queue() {
+        let mut v = Vegas::new(CcConfig::default(), Timestamp::ZERO);
+        let base = Duration::from_millis(300);
+        let mut now = Timestamp::ZERO;
+        // Loss-free rounds at the bare RTT: the window doubles each round.
+        while v.window() < 1024 {
+            now = now.saturating_add(base);
+            let w = v.window();
+            v.on_settled(w, 0, Some(base), now);
+        }
+        assert!(v.in_slow_start());
+        // The next round's acknowledgements show 200 cells queued (1024 · 60 / 360 ms).
+        let queued = base + Duration::from_millis(60);
+        for i in 0..8 {
+            now = now.saturating_add(Duration::from_millis(1));
+            v.on_settled(1, 0, Some(queued), now);
+            assert_eq!(v.in_slow_start(), i < 7, "after {} samples", i + 1);
+        }
+        // Left with the window less the excess over gamma, long before the round's end.
+        let c = CcConfig::default();
+        assert_eq!(v.window(), 1024 - (v.queued() - c.gamma));
+        assert!(v.queued() > c.gamma);
+    }
+
+    #[test]
     fn bad_configs_are_named() {
         assert!(CcConfig::default().problem().is_none());
         let bad = CcConfig {
@@ -359,7 +427,7 @@ mod tests {
         };
         assert_eq!(bad.problem().map(|p| p.0), Some("alpha"));
         let bad = CcConfig {
-            initial_window: 2000,
+            initial_window: 9000,
             ..CcConfig::default()
         };
         assert_eq!(bad.problem().map(|p| p.0), Some("initial_window"));

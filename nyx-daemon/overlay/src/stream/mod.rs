@@ -161,8 +161,10 @@ impl fmt::Display for ResetReason {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamConfig {
     /// FEC of each stream direction (`symbol_size` is forced to [`SYMBOL_SIZE`]). Default:
-    /// 256-symbol blocks, 32 blocks in flight, 2 ms flush delay, 10 ms feedback interval,
-    /// 20 ms repair holdoff, the rest as [`FecConfig::default`].
+    /// 256-symbol blocks, 64 blocks in flight (up to 16 MiB a receiver may hold per
+    /// stream; a bulk sender sizes its blocks to keep about 16 out, see
+    /// `nyx_fec::Sender::coalescing`), 2 ms flush delay, 10 ms feedback interval, 20 ms
+    /// repair holdoff, the rest as [`FecConfig::default`].
     pub fec: FecConfig,
     /// Bytes a stream's receiver buffers ahead of its reader (default 2 MiB).
     pub stream_window: u64,
@@ -187,7 +189,7 @@ impl Default for StreamConfig {
             fec: FecConfig {
                 symbol_size: SYMBOL_SIZE,
                 max_block_symbols: 256,
-                max_blocks_in_flight: 32,
+                max_blocks_in_flight: 64,
                 flush_delay: Duration::from_millis(2),
                 feedback_interval: Duration::from_millis(10),
                 repair_holdoff: Duration::from_millis(20),

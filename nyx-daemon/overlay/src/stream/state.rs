@@ -87,10 +87,11 @@ impl Stream {
     }
 
     /// Close the open block if it should leave now: nothing of it can wait for company
-    /// (no older block is unacknowledged) or it is already big enough to code well.
+    /// (no older block is unacknowledged) or it is already big enough to code well, unless
+    /// the sender coalesces into full blocks.
     pub(super) fn maybe_close_block(&mut self, now: Timestamp) -> Result<(), nyx_fec::Error> {
         let open = self.tx.unflushed();
-        if open == 0 || self.tx.has_pending_symbols() {
+        if open == 0 || self.tx.coalescing() {
             return Ok(());
         }
         if self.tx.blocks_in_flight() == 0 || open >= EARLY_CLOSE_SYMBOLS * self.symbol_size {

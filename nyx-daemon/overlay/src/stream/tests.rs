@@ -422,17 +422,27 @@ fn lossy_run(loss: f64) -> (f64, MuxStats) {
     (overhead, s)
 }
 
+/// A path of 10 cells per ms (about 100 Mbit/s) with a 300 ms round trip, as Shadow's
+/// 50 ms links make a circuit's. The bottleneck buffers one bandwidth-delay product, the
+/// usual sizing: slow start's last doubling overshoots the path for one round trip
+/// before any acknowledgement can show it, as TCP's does, and a shallower buffer drops
+/// that overshoot.
+fn far_path() -> LinkModel {
+    LinkModel {
+        rate_per_ms: 10.0,
+        delay: Duration::from_millis(150),
+        queue_limit: 3000,
+        ..LinkModel::default()
+    }
+}
+
 /// At real round trips a loss-free path costs no repair: a block whose last symbols are
 /// still in flight is slow, not damaged. Under Shadow (50 ms per link, a 300 ms circuit
 /// round trip) the sender answered every early report of such a block, and sent three
 /// packets per source symbol on a path that lost none; this reproduces that.
 #[test]
 fn a_loss_free_path_costs_no_repair_at_a_300_ms_round_trip() {
-    let far = LinkModel {
-        rate_per_ms: 10.0,
-        delay: Duration::from_millis(150),
-        ..LinkModel::default()
-    };
+    let far = far_path();
     let mut sim = Sim::new(1, far.clone(), far, StreamConfig::default());
     let total = 4 * 1024 * 1024;
     let (client, exit) = transfer(&mut sim, 1, total, Duration::from_secs(120));
@@ -444,6 +454,34 @@ fn a_loss_free_path_costs_no_repair_at_a_300_ms_round_trip() {
         assert_eq!(s.fec_requested_repair, 0, "{s:?}");
         assert!(s.fec_overhead() < 1.02, "{s:?}");
     }
+}
+
+/// A circuit's next stream starts with the receive window its last one grew to: under
+/// Shadow at a 300 ms round trip every 10 MiB download on a circuit spent most of its time
+/// growing a fresh 2 MiB window to 8 MiB, held to 3.5 MB/s by flow control alone.
+#[test]
+fn a_circuits_next_stream_starts_with_the_window_the_last_one_grew_to() {
+    let far = far_path();
+    let config = StreamConfig::default();
+    let mut sim = Sim::new(1, far.clone(), far, config.clone());
+    let total = 8 * 1024 * 1024;
+    let (client, _) = transfer(&mut sim, 1, total, Duration::from_secs(120));
+    assert_eq!(client.received.values().sum::<u64>(), total);
+    let now = sim.now;
+    let id = sim.client(0).open("127.0.0.1:9", now).unwrap();
+    let fresh = sim
+        .client(0)
+        .stream_snapshots()
+        .into_iter()
+        .find(|s| s.id == id)
+        .unwrap();
+    assert!(
+        fresh.advertised > config.stream_window,
+        "advertised {} at the start, configured {}",
+        fresh.advertised,
+        config.stream_window
+    );
+    assert!(fresh.advertised <= config.max_stream_window);
 }
 
 /// Every packet `from` has at `now`, in order.
