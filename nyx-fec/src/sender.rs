@@ -633,25 +633,32 @@ mod tests {
         assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 0));
     }
 
-    #[test]
-    fn a_block_waits_for_its_share_of_what_is_in_flight() {
-        let t0 = Timestamp::from_millis(100);
+    /// A sender of 8-symbol blocks of 16-byte symbols with `window` blocks in flight at
+    /// most, two one-symbol blocks sent at `t0`.
+    fn two_small_blocks(window: u32, t0: Timestamp) -> Sender {
         let config = FecConfig {
             symbol_size: 16,
             max_block_symbols: 8,
-            max_blocks_in_flight: 4,
+            max_blocks_in_flight: window,
             ..FecConfig::default()
         };
         let mut tx = Sender::new(config, t0).unwrap();
-        let delay = tx.config.flush_delay;
-        let mut out = [0u8; 64];
-        // Two one-symbol blocks in flight: 32 bytes; a quarter of 4 blocks is one block,
-        // so an early close needs 32 bytes.
         for _ in 0..2 {
             tx.write(&[1u8; 10], t0).unwrap();
             tx.flush(t0).unwrap();
         }
+        let mut out = [0u8; 64];
         while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+        tx
+    }
+
+    #[test]
+    fn a_block_waits_for_its_share_of_what_is_in_flight() {
+        let t0 = Timestamp::from_millis(100);
+        // Two one-symbol blocks in flight: 32 bytes; a quarter of 4 blocks is one block,
+        // so an early close needs 32 bytes.
+        let mut tx = two_small_blocks(4, t0);
+        let delay = tx.config.flush_delay;
         tx.write(&[2u8; 20], t0).unwrap();
         assert!(tx.coalescing());
         let late = t0.saturating_add(delay * 3);
@@ -689,19 +696,7 @@ mod tests {
     #[test]
     fn a_writer_held_by_the_block_window_fills_one_open_block() {
         let t0 = Timestamp::from_millis(100);
-        let config = FecConfig {
-            symbol_size: 16,
-            max_block_symbols: 8,
-            max_blocks_in_flight: 2,
-            ..FecConfig::default()
-        };
-        let mut tx = Sender::new(config, t0).unwrap();
-        let mut out = [0u8; 64];
-        tx.write(&[1u8; 10], t0).unwrap();
-        tx.flush(t0).unwrap();
-        tx.write(&[2u8; 10], t0).unwrap();
-        tx.flush(t0).unwrap();
-        while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+        let mut tx = two_small_blocks(2, t0);
         // Two small blocks fill the window; the writer still fills a whole third block.
         assert_eq!(tx.write(&[3u8; 1000], t0).unwrap(), 128);
         assert_eq!(tx.write(&[3u8; 1000], t0).unwrap(), 0);
