@@ -245,9 +245,22 @@ impl Vegas {
         let queued = self.queued_at(rtt, base);
         self.queued = queued;
         let step = (self.cwnd / 16).max(2);
-        if queued > c.delta || (spike && queued > c.beta) {
-            // A queue that overflowed (loss while queueing) or far too much queueing.
+        if spike && queued > c.beta {
+            // A queue that overflowed (loss while queueing).
             self.cwnd = (self.cwnd * 7 / 10).max(c.min_window);
+            self.slow_start = false;
+            self.congestion_events += 1;
+        } else if queued > c.delta {
+            // Far too much queueing: give back the cells queued beyond beta, at most 30%.
+            // A 30% cut regardless undershot the path: under Shadow at a 300 ms round trip
+            // a window of 4 188 cells over a path of 3 168 fell to 2 931, and growing back
+            // by a sixteenth per round took longer than a 10 MiB download.
+            let excess = queued - c.beta;
+            self.cwnd = self
+                .cwnd
+                .saturating_sub(excess)
+                .max(self.cwnd * 7 / 10)
+                .max(c.min_window);
             self.slow_start = false;
             self.congestion_events += 1;
         } else if self.slow_start {
@@ -416,6 +429,28 @@ mod tests {
         let c = CcConfig::default();
         assert_eq!(v.window(), 1024 - (v.queued() - c.gamma));
         assert!(v.queued() > c.gamma);
+    }
+
+    #[test]
+    fn heavy_queueing_without_loss_gives_back_the_excess_not_a_third() {
+        let mut v = Vegas::new(CcConfig::default(), Timestamp::ZERO);
+        let base = Duration::from_millis(1);
+        let mut now = Timestamp::ZERO;
+        while v.window() < 1024 {
+            now = now.saturating_add(base);
+            let w = v.window();
+            v.on_settled(w, 0, Some(base), now);
+        }
+        let w = v.window();
+        let rtt = rtt_for_queue(w, 300);
+        now = now.saturating_add(rtt);
+        v.on_settled(w, 0, Some(rtt), now);
+        let c = CcConfig::default();
+        assert!((295..=300).contains(&v.queued()), "{}", v.queued());
+        assert_eq!(v.window(), w - (v.queued() - c.beta));
+        assert!(v.window() > w * 7 / 10);
+        assert_eq!(v.congestion_events(), 1);
+        assert!(!v.in_slow_start());
     }
 
     #[test]

@@ -169,7 +169,7 @@ pub struct StreamConfig {
     /// Bytes a stream's receiver buffers ahead of its reader (default 2 MiB).
     pub stream_window: u64,
     /// The most a stream's window grows to (default 8 MiB). A receiver whose reader frees
-    /// half the window in less than two round trips doubles it, up to this: the window,
+    /// a quarter of the window in less than a round trip doubles it, up to this: the window,
     /// not the reader, was what held the stream back (at a 120 ms round trip 2 MiB allow
     /// about 8 MB/s at best). A slow reader never grows it.
     pub max_stream_window: u64,
