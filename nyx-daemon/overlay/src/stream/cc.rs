@@ -406,18 +406,24 @@ mod tests {
         assert_eq!(v.window(), 8);
     }
 
-    #[test]
-    fn slow_start_ends_within_the_round_that_shows_the_queue() {
+    /// A controller whose loss-free rounds at the bare RTT `base` doubled its window to
+    /// 1 024 cells, and the time then.
+    fn slow_started_to_1024(base: Duration) -> (Vegas, Timestamp) {
         let mut v = Vegas::new(CcConfig::default(), Timestamp::ZERO);
-        let base = Duration::from_millis(300);
         let mut now = Timestamp::ZERO;
-        // Loss-free rounds at the bare RTT: the window doubles each round.
         while v.window() < 1024 {
             now = now.saturating_add(base);
             let w = v.window();
             v.on_settled(w, 0, Some(base), now);
         }
         assert!(v.in_slow_start());
+        (v, now)
+    }
+
+    #[test]
+    fn slow_start_ends_within_the_round_that_shows_the_queue() {
+        let base = Duration::from_millis(300);
+        let (mut v, mut now) = slow_started_to_1024(base);
         // The next round's acknowledgements show 200 cells queued (1024 · 60 / 360 ms).
         let queued = base + Duration::from_millis(60);
         for i in 0..8 {
@@ -433,14 +439,7 @@ mod tests {
 
     #[test]
     fn heavy_queueing_without_loss_gives_back_the_excess_not_a_third() {
-        let mut v = Vegas::new(CcConfig::default(), Timestamp::ZERO);
-        let base = Duration::from_millis(1);
-        let mut now = Timestamp::ZERO;
-        while v.window() < 1024 {
-            now = now.saturating_add(base);
-            let w = v.window();
-            v.on_settled(w, 0, Some(base), now);
-        }
+        let (mut v, mut now) = slow_started_to_1024(Duration::from_millis(1));
         let w = v.window();
         let rtt = rtt_for_queue(w, 300);
         now = now.saturating_add(rtt);
