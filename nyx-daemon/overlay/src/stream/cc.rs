@@ -188,11 +188,12 @@ impl Vegas {
     }
 
     /// Slow start ends within a round as soon as the round's samples show the queue, not
-    /// only at its end. At a long round trip a doubled window reaches the bottleneck faster
-    /// than it drains for the whole round before the round's end would tell: the stream
-    /// simulation at 300 ms lost 2% of a loss-free path's cells so once the window could
-    /// pass 1 024 cells. The round's smallest RTT over at least this many samples is used,
-    /// so that one late acknowledgement does not end it.
+    /// only at its end: at a long round trip a doubled window keeps sending faster than the
+    /// bottleneck drains until the round's end would tell, a round trip later. (What it
+    /// cannot stop is the overshoot already sent: the stream simulation at 300 ms with a
+    /// 256-cell bottleneck buffer still lost 2% of a 4 MiB transfer.) The round's smallest
+    /// RTT over at least this many samples is used, so that one late acknowledgement does
+    /// not end it.
     fn slow_start_check(&mut self) {
         const MIN_SAMPLES: u32 = 8;
         if !self.slow_start || self.round_samples < MIN_SAMPLES {

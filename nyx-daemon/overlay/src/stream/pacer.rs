@@ -1,7 +1,7 @@
 //! Pacing: a circuit's symbols leave spread over the round trip, not in bursts of a window.
 //!
 //! Without it, every round of slow start and every burst of acknowledgements sends up to a
-//! window at once. At a 300 ms round trip that is up to 1 024 cells arriving together at
+//! window at once. At a 300 ms round trip that is a thousand cells or more arriving together at
 //! the slowest link of the path: its queue overflows (the stream simulation lost 30% of a
 //! loss-free path's cells so), and the round's smallest RTT, taken by the burst's first
 //! cell, shows no queue, so the window never learns. Paced at the window per smoothed RTT
