@@ -166,7 +166,9 @@ pub struct StreamConfig {
     /// `nyx_fec::Sender::coalescing`), 2 ms flush delay, 10 ms feedback interval, 20 ms
     /// repair holdoff, the rest as [`FecConfig::default`].
     pub fec: FecConfig,
-    /// Bytes a stream's receiver buffers ahead of its reader (default 2 MiB).
+    /// Bytes a stream's receiver buffers ahead of its reader at first (default 2 MiB). A
+    /// circuit's later streams start with the window an earlier one grew to, up to
+    /// `max_stream_window`, which is the bound on what one stream buffers.
     pub stream_window: u64,
     /// The most a stream's window grows to (default 8 MiB). A receiver whose reader frees
     /// a quarter of the window in less than a round trip doubles it, up to this: the window,
