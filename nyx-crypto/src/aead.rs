@@ -93,6 +93,25 @@ pub(crate) fn seal_in_place(
     Ok(nyx_chacha::seal_in_place(key, nonce, aad, buf)?)
 }
 
+/// [`seal_in_place`], then XOR the keystream that follows the message into `tail`: the
+/// slack of a backward onion cell.
+pub(crate) fn seal_with_tail(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tail: &mut [u8],
+) -> Result<[u8; TAG_LEN], Error> {
+    Ok(nyx_chacha::seal_in_place_with_tail(
+        Backend::detect(),
+        key,
+        nonce,
+        aad,
+        buf,
+        tail,
+    )?)
+}
+
 /// [`ChaCha20Poly1305::open_in_place`] for a key held elsewhere.
 pub(crate) fn open_in_place(
     key: &[u8; KEY_LEN],

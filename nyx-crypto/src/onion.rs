@@ -25,7 +25,7 @@
 //! relay towards the client prepends its own fresh counter and encrypts the rest with its
 //! keystream (dropping the cell's last 8 bytes, slack the origin left for this). The client
 //! removes layers one by one and, at each, checks whether that hop's tag verifies: the first
-//! that does is the origin. Relays do not authenticate backward cells (the link layer already
+//! that does is the origin (the last hop, the usual origin, is tried first). Relays do not authenticate backward cells (the link layer already
 //! does between neighbours); the client does, end to end, and rejects replays per origin.
 //!
 //! Counters start at a random point derived from the hop's key and count up by one per cell,
@@ -193,15 +193,13 @@ impl RelayHop {
         check_cell(cell)?;
         let c = self.take_backward()?;
         cell[..8].copy_from_slice(&c.to_be_bytes());
-        let payload = BACKWARD_PAYLOAD_OFFSET..BACKWARD_PAYLOAD_OFFSET + BACKWARD_PAYLOAD_LEN;
-        // The slack that relays towards the client drop: zeros, encrypted below.
-        cell[payload.end..].fill(0);
-        let (mut stream, mut mac) = aead::start(&self.backward, &nonce(c));
-        stream.apply_keystream(&mut cell[HEADER_LEN..])?;
-        mac.update_padded(&cell[..8]);
-        mac.update_padded(&cell[payload]);
-        let tag = aead::finish(mac, 8, BACKWARD_PAYLOAD_LEN);
-        cell[TAG_RANGE].copy_from_slice(&tag);
+        let (head, body) = cell.split_at_mut(HEADER_LEN);
+        let (payload, slack) = body.split_at_mut(BACKWARD_PAYLOAD_LEN);
+        // The slack that relays towards the client drop: zeros, encrypted by the keystream
+        // that follows the payload's.
+        slack.fill(0);
+        let tag = aead::seal_with_tail(&self.backward, &nonce(c), &head[..8], payload, slack)?;
+        head[TAG_RANGE].copy_from_slice(&tag);
         Ok(())
     }
 

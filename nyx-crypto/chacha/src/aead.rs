@@ -32,17 +32,33 @@ pub fn seal_in_place_with(
     aad: &[u8],
     buf: &mut [u8],
 ) -> Result<[u8; TAG_LEN], Error> {
+    seal_in_place_with_tail(backend, key, nonce, aad, buf, &mut [])
+}
+
+/// [`seal_in_place_with`], and then XOR the keystream that follows the message into `tail`
+/// (for constructions that use it: NyxNet's backward onion cells encrypt their slack this
+/// way). The keystream after a message of one batch or less comes from the batch that
+/// encrypted the message's end, so a short tail costs no extra ChaCha20 blocks.
+pub fn seal_in_place_with_tail(
+    backend: Backend,
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tail: &mut [u8],
+) -> Result<[u8; TAG_LEN], Error> {
     check_len(buf.len())?;
+    crate::chacha20::stream_end(64 + buf.len() as u64, tail.len())?;
     Ok(match backend.kernel() {
-        Kernel::Portable => portable::seal(key, nonce, aad, buf),
+        Kernel::Portable => portable::seal(key, nonce, aad, buf, tail),
         #[cfg(target_arch = "x86_64")]
         Kernel::Simd(kernel) => {
             use crate::stitched::{NARROW, WIDE, seal, wide_batches};
             let state = zeroize::Zeroizing::new(crate::chacha20::simd::state(key, nonce));
-            if wide_batches(kernel, 64 + buf.len()) {
-                seal::<WIDE>(kernel, &state, aad, buf)
+            if wide_batches(kernel, 64 + buf.len() + tail.len()) {
+                seal::<WIDE>(kernel, &state, aad, buf, tail)
             } else {
-                seal::<NARROW>(kernel, &state, aad, buf)
+                seal::<NARROW>(kernel, &state, aad, buf, tail)
             }
         }
     })

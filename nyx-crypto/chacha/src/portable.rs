@@ -77,16 +77,19 @@ impl Keystream {
     }
 }
 
-/// Encrypt `buf` (of a length `check_len` allowed) and return the tag.
+/// Encrypt `buf` (of a length `check_len` allowed), XOR the keystream after it into `tail`
+/// (the caller checked that it lies within the stream) and return the tag.
 pub(crate) fn seal(
     key: &[u8; KEY_LEN],
     nonce: &[u8; NONCE_LEN],
     aad: &[u8],
     buf: &mut [u8],
+    tail: &mut [u8],
 ) -> [u8; TAG_LEN] {
     let mut stream = Keystream::new(key, nonce);
     let mut mac = stream.mac();
     stream.apply(64, buf);
+    stream.apply(64 + buf.len() as u64, tail);
     mac.update_padded(aad);
     mac.update_padded(buf);
     tag_with_lengths(&mut mac, aad.len(), buf.len())

@@ -29,12 +29,14 @@ use crate::poly1305::{BLOCK, Poly1305};
 use crate::x86::Simd;
 
 /// Seal with keystream batches of up to `LANES / 2` blocks, each XORed into the message
-/// by the kernel that computes it.
+/// by the kernel that computes it, and XOR the keystream after the message into `tail`:
+/// from the last batch when it reaches that far (its spill), else from a fresh stream.
 pub(crate) fn seal<const LANES: usize>(
     kernel: Simd,
-    state: &[u32; 16],
+    state: &Zeroizing<[u32; 16]>,
     aad: &[u8],
     buf: &mut [u8],
+    tail: &mut [u8],
 ) -> [u8; TAG_LEN] {
     let len = buf.len();
     // Block 0 (the MAC key), and the keystream of a short last lane.
@@ -46,8 +48,11 @@ pub(crate) fn seal<const LANES: usize>(
         spill: &mut spill.0,
         mac: None,
     });
-    let held = kernel.batch(state, 0, blocks_for(64 + len).min(LANES / 2), &mut job);
+    let wanted = blocks_for(64 + len + tail.len()).min(LANES / 2);
+    let held = kernel.batch(state, 0, wanted, &mut job);
     let mut pending = 0..len.min(held * 64 - 64);
+    // Lanes the last batch emitted into the message (block 0's two went to `head`).
+    let mut emitted = 2 * held - 2;
     short_lane(kernel, &spill.0, buf, &pending);
     let mut mac = mac_from(&head.0[0]);
     mac.update_padded(aad);
@@ -65,14 +70,26 @@ pub(crate) fn seal<const LANES: usize>(
         let held = kernel.batch(
             state,
             counter,
-            blocks_for(len - at).min(LANES / 2),
+            blocks_for(len - at + tail.len()).min(LANES / 2),
             &mut job,
         );
         pending = at..len.min(at + held * 64);
+        emitted = 2 * held;
         short_lane(kernel, &spill.0, buf, &pending);
         counter = counter.wrapping_add(held as u32);
     }
-    kernel.absorb(&mut mac, &buf[pending]);
+    kernel.absorb(&mut mac, &buf[pending.clone()]);
+    if !tail.is_empty() {
+        // The spill starts at the message's short last lane (or just past its end).
+        let whole = (pending.end - pending.start) / 32;
+        let kept = SPILL.min(emitted - whole);
+        let skip = pending.end - (pending.start + whole * 32);
+        if skip + tail.len() <= kept * 32 {
+            xor_lanes(kernel, &spill.0[..kept], skip, tail);
+        } else {
+            Stream::new(kernel, state.clone()).apply(64 + len as u64, tail);
+        }
+    }
     tag_with_lengths(&mut mac, aad.len(), len)
 }
 

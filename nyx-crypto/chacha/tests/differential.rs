@@ -3,7 +3,7 @@
 //! On x86-64 that is the kernels against independent code. The portable backend draws its
 //! keystream from the same `chacha20` crate, so for it these tests check what this crate
 //! adds: positioning at any byte, partial blocks, the composition with its own Poly1305,
-//! and the tail after an open. RFC 8439's own vectors are in `tests/rfc8439.rs`.
+//! and the tail after a seal or an open. RFC 8439's own vectors are in `tests/rfc8439.rs`.
 #![allow(clippy::unwrap_used)]
 
 use chacha20::cipher::{KeyIvInit, StreamCipher, StreamCipherCore, StreamCipherSeek};
@@ -97,6 +97,14 @@ proptest! {
                 .unwrap();
             prop_assert_eq!(&buf, &msg, "backend {:?}", backend);
             prop_assert_eq!(&tail, &after, "backend {:?}", backend);
+            // Seal with a tail: the same ciphertext and tag, and the keystream after it.
+            let mut tail = bytes(tail_len);
+            let ours = nyx_chacha::seal_in_place_with_tail(backend, &key, &nonce, &aad, &mut buf, &mut tail)
+                .unwrap();
+            prop_assert_eq!(&buf, &ct, "backend {:?}", backend);
+            prop_assert_eq!(ours, tag, "backend {:?}", backend);
+            let want: Vec<u8> = bytes(tail_len).iter().zip(&after).map(|(a, b)| a ^ b).collect();
+            prop_assert_eq!(&tail, &want, "backend {:?}", backend);
         }
     }
 
