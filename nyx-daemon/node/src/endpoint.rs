@@ -267,6 +267,11 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
                         Some(CircuitMessage::Data(packet)) => {
                             // A malformed packet is counted by the mux and dropped.
                             let _ = s.mux.handle_packet(&packet, now);
+                            if s.mux.ack_urgent() {
+                                // The ACK goes out before the peer's packets outrun it;
+                                // what is queued waits for the next turn.
+                                break;
+                            }
                         }
                         Some(CircuitMessage::Expiring) => s.expiring = true,
                         Some(CircuitMessage::Destroyed { reason, .. }) => {

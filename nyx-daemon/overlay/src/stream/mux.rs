@@ -443,6 +443,16 @@ impl StreamMux {
         s
     }
 
+    /// Whether an ACK must leave before more packets are handled. An ACK reports the
+    /// packets up to 64 below its largest; packets that arrive after the last ACK beyond
+    /// that width would never be reported, and the peer would declare them lost (on
+    /// loopback, batches of 128 packets made it declare 18% of a loss-free transfer lost).
+    /// A driver that handles packets in batches calls [`poll_transmit`](Self::poll_transmit)
+    /// as soon as this is true.
+    pub fn ack_urgent(&self) -> bool {
+        self.acks.unreported() >= wire::ACK_BITMAP_BITS / 2
+    }
+
     /// Take one packet from the peer (a circuit DATA payload). A packet that does not parse
     /// is dropped whole and counted; nothing in it is applied.
     pub fn handle_packet(&mut self, packet: &[u8], now: Timestamp) -> Result<(), Error> {

@@ -324,6 +324,11 @@ impl AckState {
         self.pending >= every || self.deadline(max_delay).is_some_and(|t| now >= t)
     }
 
+    /// Ack-eliciting packets received since the last ACK was taken.
+    pub(super) fn unreported(&self) -> u32 {
+        self.pending
+    }
+
     /// Whether anything is unacknowledged (an ACK can ride along in any packet).
     pub(super) fn has_pending(&self) -> bool {
         self.pending > 0
