@@ -16,7 +16,8 @@ pub struct FecConfig {
     pub symbol_size: u16,
     /// Source symbols in a full block. Larger blocks average losses over more symbols (less
     /// redundancy for the same first-round success: docs/fec.md compares 256 and 512) but
-    /// hold more memory. Default 512 (a 512 KiB block at the default symbol size).
+    /// hold more memory. Default 512 (a 512 KiB block at the default symbol size). A
+    /// receiver refuses symbols of blocks that declare more ([`crate::Error::BlockTooLarge`]).
     pub max_block_symbols: u16,
     /// A block with data is closed after this long even if not full, so small writes are not
     /// held back. Default 5 ms. (`Sender::flush` closes it at once.)

@@ -41,6 +41,18 @@ pub enum Error {
         got: usize,
     },
 
+    /// A symbol's block has more source symbols than this receiver accepts
+    /// (`max_block_symbols`).
+    #[error("block {block} has {symbols} source symbols, more than the {max} accepted")]
+    BlockTooLarge {
+        /// The block in the packet.
+        block: u32,
+        /// Its source symbols, as the packet declares them.
+        symbols: u16,
+        /// The receiver's `max_block_symbols`.
+        max: u16,
+    },
+
     /// A packet names a block beyond the receiver's window: the sender exceeded the cap on
     /// blocks in flight.
     #[error("block {block} is beyond the receive window (next needed {next}, window {window})")]

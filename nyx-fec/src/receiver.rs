@@ -59,6 +59,9 @@ pub struct Receiver {
     ready: VecDeque<Vec<u8>>,
     ready_offset: usize,
     ready_len: usize,
+    /// Bytes held for blocks not yet delivered: symbols of blocks still decoding, and
+    /// decoded blocks waiting for an earlier one.
+    held: usize,
     highest_seq: Option<u32>,
     seen: Vec<u64>,
     /// Sequence numbers below this are settled: counted as received or lost for good.
@@ -83,6 +86,7 @@ impl Receiver {
             ready: VecDeque::new(),
             ready_offset: 0,
             ready_len: 0,
+            held: 0,
             highest_seq: None,
             seen: vec![0; (SEQ_WINDOW / 64) as usize],
             settled: 0,
@@ -105,6 +109,13 @@ impl Receiver {
                 block: h.block,
                 next: self.next,
                 window,
+            });
+        }
+        if h.symbols > self.config.max_block_symbols {
+            return Err(Error::BlockTooLarge {
+                block: h.block,
+                symbols: h.symbols,
+                max: self.config.max_block_symbols,
             });
         }
         let symbol_size = self.config.symbol_size;
@@ -156,9 +167,12 @@ impl Receiver {
         }
         *received += 1;
         *last_at = now;
+        let t = usize::from(symbol_size);
+        self.held += t;
         let packet = EncodingPacket::new(PayloadId::new(0, h.esi), symbol.to_vec());
         if let Some(mut data) = decoder.decode(std::iter::once(packet)) {
             data.truncate(*len);
+            self.held = self.held - *received as usize * t + data.len();
             self.slots[idx] = Slot::Decoded;
             self.decoded[idx] = Some(data);
             self.stats.blocks += 1;
@@ -172,6 +186,7 @@ impl Receiver {
         while let Some(Slot::Decoded) = self.slots.front() {
             self.slots.pop_front();
             if let Some(Some(data)) = self.decoded.pop_front() {
+                self.held -= data.len();
                 self.ready_len += data.len();
                 self.ready.push_back(data);
             }
@@ -198,6 +213,14 @@ impl Receiver {
         self.ready_len -= n;
         self.stats.bytes += n as u64;
         n
+    }
+
+    /// Bytes held for blocks not yet delivered: the symbols of blocks still decoding (at
+    /// most 2K + 32 each) and decoded blocks waiting for an earlier one. A sender within
+    /// its flow-control window keeps this under about twice what it may still send; the
+    /// caller enforces that bound (nyx-fec does not know the window).
+    pub fn held_bytes(&self) -> usize {
+        self.held
     }
 
     /// Bytes ready to read.

@@ -179,6 +179,70 @@ fn a_block_cannot_change_shape() {
     );
 }
 
+#[test]
+fn a_block_larger_than_the_receiver_accepts_is_refused() {
+    let mut rx = Receiver::new(config()).unwrap();
+    let mut packet = vec![0u8; SYMBOL_HEADER_LEN + 64];
+    SymbolHeader {
+        seq: 0,
+        block: 0,
+        esi: 0,
+        symbols: config().max_block_symbols + 1,
+        tail: 64,
+    }
+    .write(&mut packet)
+    .unwrap();
+    assert_eq!(
+        rx.handle_packet(&packet, T0),
+        Err(Error::BlockTooLarge {
+            block: 0,
+            symbols: 17,
+            max: 16
+        })
+    );
+    assert_eq!(rx.held_bytes(), 0);
+    assert_eq!(rx.stats().packets, 0, "nothing of it was taken");
+}
+
+/// What a receiver holds for undelivered blocks is counted: symbols while a block decodes,
+/// its bytes while it waits for an earlier block, nothing once delivered.
+#[test]
+fn held_bytes_count_what_waits_for_delivery() {
+    let cfg = config();
+    let mut tx = Sender::new(cfg.clone(), T0).unwrap();
+    let mut rx = Receiver::new(cfg.clone()).unwrap();
+    let data: Vec<u8> = (0..2 * 16 * 64 - 10).map(|i| (i * 3) as u8).collect();
+    tx.write(&data, T0).unwrap();
+    tx.flush(T0).unwrap();
+    // The source symbols of block 0 and block 1 (up-front repair left out).
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for p in drain(&mut tx, T0) {
+        let (h, _) = SymbolHeader::parse(&p, 64).unwrap();
+        if h.esi < u32::from(h.symbols) {
+            [&mut first, &mut second][h.block as usize].push(p);
+        }
+    }
+    assert_eq!((first.len(), second.len()), (16, 16));
+    // Hold block 0 back but one symbol.
+    rx.handle_packet(&first[0], T0).unwrap();
+    assert_eq!(rx.held_bytes(), 64);
+    for p in &second[..3] {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    assert_eq!(rx.held_bytes(), 4 * 64);
+    for p in &second[3..] {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    // Block 1 decoded (16 * 64 - 10 bytes) and waits for block 0.
+    assert_eq!(rx.readable(), 0);
+    assert_eq!(rx.held_bytes(), 64 + 16 * 64 - 10);
+    for p in &first[1..] {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    assert_eq!(rx.held_bytes(), 0);
+    assert_eq!(read_all(&mut rx), data);
+}
+
 /// Drop every packet the filter rejects, run the feedback loop until delivery; returns
 /// every (block, esi) sent.
 fn lossy_transfer(

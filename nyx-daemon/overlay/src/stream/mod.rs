@@ -161,10 +161,14 @@ impl fmt::Display for ResetReason {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamConfig {
     /// FEC of each stream direction (`symbol_size` is forced to [`SYMBOL_SIZE`]). Default:
-    /// 256-symbol blocks, 64 blocks in flight (up to 16 MiB a receiver may hold per
-    /// stream; a bulk sender sizes its blocks to keep about 16 out, see
+    /// blocks of up to 2 048 symbols (2 MiB; a receiver refuses larger ones), 64 blocks in
+    /// flight (a bulk sender sizes its blocks to keep about 16 out, see
     /// `nyx_fec::Sender::coalescing`), 2 ms flush delay, 10 ms feedback interval, 20 ms
-    /// repair holdoff, the rest as [`FecConfig::default`].
+    /// repair holdoff, the rest as [`FecConfig::default`]. What a receiver holds for
+    /// undelivered blocks is bounded by the flow-control window, not by these: a peer that
+    /// makes it hold more than twice what it may still send (plus 33 symbols a block) is
+    /// reset. Large blocks are what makes bursts of loss cheap: a block that sees many
+    /// bursts varies less in what it loses than one that sees a few.
     pub fec: FecConfig,
     /// Bytes a stream's receiver buffers ahead of its reader at first (default 2 MiB). A
     /// circuit's later streams start with the window an earlier one grew to, up to
@@ -190,7 +194,7 @@ impl Default for StreamConfig {
         StreamConfig {
             fec: FecConfig {
                 symbol_size: SYMBOL_SIZE,
-                max_block_symbols: 256,
+                max_block_symbols: 2048,
                 max_blocks_in_flight: 64,
                 flush_delay: Duration::from_millis(2),
                 feedback_interval: Duration::from_millis(10),

@@ -493,12 +493,15 @@ impl StreamMux {
             }
             Frame::Ping => {}
             Frame::Symbol { stream, packet } => {
+                let slack = self.held_slack();
                 if let Some(s) = self.streams.get_mut(&stream)
                     && s.reset.is_none()
-                    && s.rx.handle_packet(packet, now).is_err()
+                    && (s.rx.handle_packet(packet, now).is_err() || s.overran(slack))
                 {
-                    // A symbol that contradicts its block or lies outside the window: the
-                    // peer's FEC is broken or hostile; the stream cannot be trusted.
+                    // A symbol that contradicts its block or lies outside the window, or a
+                    // peer that makes this side hold more than its flow-control window
+                    // allows: the peer's FEC is broken or hostile; the stream cannot be
+                    // trusted.
                     self.protocol_reset(stream);
                 }
             }
@@ -645,8 +648,15 @@ impl StreamMux {
         }
     }
 
+    /// What a stream's receiver may hold beyond twice its peer's remaining window: 32 extra
+    /// symbols and one padded symbol per block in flight.
+    fn held_slack(&self) -> u64 {
+        u64::from(self.config.fec.max_blocks_in_flight) * 33 * u64::from(SYMBOL_SIZE)
+    }
+
     /// After input: raise readiness events, check flow control, forget finished streams.
     fn after_input(&mut self) {
+        let held_slack = self.held_slack();
         // A reused list: no allocation per packet.
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
@@ -662,7 +672,7 @@ impl StreamMux {
             let Some(s) = self.streams.get_mut(&id) else {
                 continue;
             };
-            if s.reset.is_none() && s.overran() {
+            if s.reset.is_none() && s.overran(held_slack) {
                 self.protocol_reset(id);
                 continue;
             }

@@ -124,10 +124,16 @@ impl Stream {
         Some(limit)
     }
 
-    /// Whether the peer sent more than it was allowed or beyond its end.
-    pub(super) fn overran(&self) -> bool {
+    /// Whether the peer sent more than it was allowed or beyond its end, or makes this side
+    /// hold more for undelivered blocks than a sender within its window can: twice what it
+    /// may still send (a block's symbols count up to 2K + 32) plus `slack` (the 32 extra
+    /// symbols and a padded last symbol of every block in flight).
+    pub(super) fn overran(&self, slack: u64) -> bool {
         let delivered = self.consumed + self.rx.readable() as u64;
-        delivered > self.advertised || self.peer_fin.is_some_and(|f| delivered > f)
+        let may_send = self.advertised.saturating_sub(self.consumed);
+        delivered > self.advertised
+            || self.peer_fin.is_some_and(|f| delivered > f)
+            || self.rx.held_bytes() as u64 > 2 * may_send + slack
     }
 
     /// The reader has everything up to the peer's end.
