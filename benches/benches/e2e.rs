@@ -45,19 +45,29 @@ fn settings(hops: usize) -> NodeSettings {
     }
 }
 
+/// What the exits of a bench's testnet do with the payloads they get.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exits {
+    /// Send each back.
+    Echo,
+    /// Hand them to the bench (`take_exit_requests`), which counts them.
+    Count,
+}
+
 fn testnet(
     rt: &tokio::runtime::Runtime,
     net: u8,
     hops: usize,
     transport: TransportKind,
-    echo: bool,
+    exits: Exits,
 ) -> LocalTestnet {
     rt.block_on(LocalTestnet::start(LocalTestnetSpec {
         nodes: 5,
         net,
         transport,
         settings: settings(hops),
-        echo,
+        echo: exits == Exits::Echo,
+        raw_exits: exits == Exits::Count,
         ..LocalTestnetSpec::default()
     }))
     .expect("testnet")
@@ -69,7 +79,7 @@ fn e2e(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let net = testnet(&rt, 20, 3, TransportKind::Quic, true);
+    let net = testnet(&rt, 20, 3, TransportKind::Quic, Exits::Echo);
     let client = net.node(0).expect("node").handle();
     let mut g = c.benchmark_group("e2e");
     g.sample_size(30);
@@ -120,7 +130,7 @@ fn relay_forward(c: &mut Criterion) {
         .expect("runtime");
     // Two hops (entry = the relay measured, then the exit), UDP transport; the exits count
     // what arrives instead of echoing.
-    let mut net = testnet(&rt, 21, 2, TransportKind::Udp, false);
+    let mut net = testnet(&rt, 21, 2, TransportKind::Udp, Exits::Count);
     let arrived = Arc::new(AtomicU64::new(0));
     for i in 0..5 {
         if let Some(node) = net.nodes[i].as_mut()
@@ -142,6 +152,9 @@ fn relay_forward(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("relay/forward");
     g.throughput(Throughput::Elements(WINDOW));
+    // Windows waited for, and those whose cells did not all arrive within the wait: a
+    // figure made of timeouts measures the timeout, so more than 1% fails the bench.
+    let (windows, timed_out) = (AtomicU64::new(0), AtomicU64::new(0));
     g.bench_function("nyx", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
@@ -156,6 +169,10 @@ fn relay_forward(c: &mut Criterion) {
                     while arrived.load(Ordering::Relaxed) < target && Instant::now() < deadline {
                         tokio::task::yield_now().await;
                     }
+                    windows.fetch_add(1, Ordering::Relaxed);
+                    if arrived.load(Ordering::Relaxed) < target {
+                        timed_out.fetch_add(1, Ordering::Relaxed);
+                    }
                     arrived.store(
                         target.max(arrived.load(Ordering::Relaxed)),
                         Ordering::Relaxed,
@@ -165,6 +182,12 @@ fn relay_forward(c: &mut Criterion) {
             })
         });
     });
+
+    let (windows, timed_out) = (windows.into_inner(), timed_out.into_inner());
+    assert!(
+        timed_out * 100 <= windows,
+        "{timed_out} of {windows} windows timed out: cells are not reaching the exit"
+    );
 
     // Baseline: the same windows through a plain UDP relay thread.
     let a = UdpSocket::bind("127.0.0.1:0").expect("bind");

@@ -73,6 +73,10 @@ pub struct LocalTestnetSpec {
     /// Answer every payload an exit receives with the same payload instead of running
     /// streams (cell-level tests). Default false.
     pub echo: bool,
+    /// Run the raw exit service without answering: payloads wait in
+    /// [`Node::take_exit_requests`] for the caller (cell-level benchmarks). Ignored with
+    /// `echo`. Default false.
+    pub raw_exits: bool,
     /// How the nodes' onion keys rotate. Default [`RotationPolicy::default`] (daily).
     pub rotation: RotationPolicy,
 }
@@ -86,6 +90,7 @@ impl Default for LocalTestnetSpec {
             settings: node_settings(),
             exit_policy: ExitPolicy::loopback_only(),
             echo: false,
+            raw_exits: false,
             rotation: RotationPolicy::default(),
         }
     }
@@ -139,7 +144,7 @@ impl LocalTestnet {
                 transport: spec.transport,
                 listen: SocketAddr::from((Ipv4Addr::new(127, 0, spec.net, i), 0)),
                 exit_policy: spec.exit_policy.clone(),
-                exit_service: if spec.echo {
+                exit_service: if spec.echo || spec.raw_exits {
                     ExitServiceKind::Raw
                 } else {
                     ExitServiceKind::Streams
