@@ -944,6 +944,21 @@ impl StreamMux {
         if self.pto_deadline().is_some_and(|t| now >= t) {
             self.stats.probe_timeouts += 1;
             self.pto_count += 1;
+            tracing::debug!(
+                role = ?self.role,
+                in_flight = self.sent.in_flight(),
+                window = self.cc.window(),
+                unacked = self
+                    .sent
+                    .next_pn()
+                    .unwrap_or(u32::MAX)
+                    .wrapping_sub(self.sent.largest_acked().map_or(0, |l| l.wrapping_add(1))),
+                heard_ms_ago = now.saturating_duration_since(self.last_heard).as_secs_f64() * 1e3,
+                srtt_ms = self.sent.rtt().smoothed.as_secs_f64() * 1e3,
+                rttvar_ms = self.sent.rtt().var.as_secs_f64() * 1e3,
+                pto_count = self.pto_count,
+                "probe timeout"
+            );
             self.ping = true;
             if self.pto_count >= 3 {
                 self.cc.on_timeout();

@@ -129,6 +129,11 @@ impl SentPackets {
         }
     }
 
+    /// The largest packet number the peer acknowledged.
+    pub(super) fn largest_acked(&self) -> Option<u32> {
+        self.largest_acked
+    }
+
     /// Packets counted against the window now.
     pub(super) fn in_flight(&self) -> u32 {
         self.in_flight
