@@ -90,7 +90,7 @@ pub(crate) fn seal_in_place(
     aad: &[u8],
     buf: &mut [u8],
 ) -> Result<[u8; TAG_LEN], Error> {
-    Ok(nyx_chacha::seal_in_place(key, nonce, aad, buf)?)
+    seal_with_tail(key, nonce, aad, buf, &mut [])
 }
 
 /// [`seal_in_place`], then XOR the keystream that follows the message into `tail`: the
