@@ -181,7 +181,13 @@ pub struct StreamConfig {
     pub max_stream_window: u64,
     /// Streams open at once on one circuit; more are refused (default 256).
     pub max_streams: usize,
-    /// An ACK is sent after this many packets that ask for one (default 8)...
+    /// An ACK is sent after this many packets that ask for one (default 32, the most an
+    /// ACK's 64-packet bitmap allows with one ACK lost)...
+    ///
+    /// Every ACK is a whole cell, and relays forward it on the same host links as the
+    /// data going the other way: at one ACK per 8 packets, an eighth of a relay's uplink
+    /// carried ACKs. Under Shadow (20 ms links, 100 Mbit/s hosts) 32 gave 5% more goodput
+    /// per download; on loopback at 2-5% loss per link about 30% more (docs/benchmarks.md).
     pub ack_every: u32,
     /// ...or when the oldest waited this long (default 2 ms).
     pub max_ack_delay: Duration,
@@ -204,7 +210,7 @@ impl Default for StreamConfig {
             stream_window: 2 * 1024 * 1024,
             max_stream_window: 8 * 1024 * 1024,
             max_streams: 256,
-            ack_every: 8,
+            ack_every: 32,
             max_ack_delay: Duration::from_millis(2),
             cc: CcConfig::default(),
         }

@@ -1036,11 +1036,13 @@ fn download_with(
 
 /// On loopback a hop's whole batch (one GSO send) is lost at once, so nft's "2% per link"
 /// drops runs of cells: the stream counters of a real run showed runs of 13 on average and
-/// an FEC overhead of 1.5 with 256-symbol blocks. This model reproduces that overhead (runs
-/// of 13 among cells sent within 1 ms of each other, 7.8% lost each way, as four links at
-/// 2% lose). With the default 2 048-symbol blocks a block sees many runs instead of a few,
-/// its losses vary less, and it needs less up-front repair: about 1.2 (testnet at 2% and
-/// 5%: 1.1-1.4 times the goodput, docs/benchmarks.md).
+/// an FEC overhead of 1.5 with 256-symbol blocks and an ACK every 8 packets. This model
+/// reproduced that overhead (runs of 13 among cells sent within 1 ms of each other, 7.8%
+/// lost each way, as four links at 2% lose): 1.44. With the default 2 048-symbol blocks a
+/// block sees many runs instead of a few, its losses vary less, and it needs less up-front
+/// repair (testnet at 2% and 5%: 1.1-1.4 times the goodput, docs/benchmarks.md). With an
+/// ACK every 32 packets the model gives 1.13 for the default (the testnet's exit at 2%
+/// per link: 1.10) and 1.28 for 256-symbol blocks.
 #[test]
 fn whole_lost_batches_cost_overhead_not_the_stream() {
     let path = |loss: f64| LinkModel {
@@ -1062,11 +1064,12 @@ fn whole_lost_batches_cost_overhead_not_the_stream() {
         small_s.fec_overhead()
     );
     assert!(s.lost > 0);
-    assert!(s.fec_overhead() < 1.3, "overhead {:.3}", s.fec_overhead());
+    assert!(s.fec_overhead() < 1.2, "overhead {:.3}", s.fec_overhead());
     assert!(
-        small_s.fec_overhead() > 1.4,
-        "256-symbol blocks: overhead {:.3}",
-        small_s.fec_overhead()
+        small_s.fec_overhead() > s.fec_overhead() + 0.1,
+        "256-symbol blocks: overhead {:.3} against {:.3}",
+        small_s.fec_overhead(),
+        s.fec_overhead()
     );
     assert!(lossy > 0.7 * clean, "{lossy:.1} of {clean:.1} MB/s");
 }
