@@ -86,7 +86,9 @@ async fn full_table_makes_room(transport: TransportKind, net: u8) {
     let newcomer = client(transport, net, 100, &directory);
     one_hop(&newcomer, &peer).await;
     // The client whose link made room (the quietest, the first) was told, and gets a new
-    // one (making room in turn: the next quietest goes).
+    // one (making room in turn: the next quietest goes). If its build starts before the
+    // relay's close reached it, the build fails with the link and is tried once more over
+    // a new link (without that retry the QUIC variant failed 2 runs in 13 here).
     one_hop(&clients[0], &peer).await;
     let peers = relay.handle().peers().await.unwrap();
     assert!(peers.len() <= TABLE, "{peers:?}");

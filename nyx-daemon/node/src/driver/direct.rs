@@ -1,5 +1,6 @@
 //! One-hop directory circuits: built at the owner's request to a relay it names, outside
-//! path selection and the build policy (one attempt; a failed build blames nobody), and the
+//! path selection and the build policy (a failed build blames nobody; it is tried once
+//! more only if the link under it went down, see [`Driver::direct_failed`]), and the
 //! addresses of relays the directory does not list (pinned authorities, relays an authority
 //! tests) so the driver can dial them.
 //!
@@ -40,6 +41,10 @@ pub(super) struct KnownPeer {
 #[derive(Debug)]
 struct Pending {
     reply: oneshot::Sender<Result<Circuit, Error>>,
+    /// What was asked for, to try again over a new link.
+    peer: DirectoryPeer,
+    /// This is the second attempt.
+    retried: bool,
     relay: NodeId,
     /// The address the relay must be at (a build by descriptor).
     advertised: Option<SocketAddr>,
@@ -51,6 +56,10 @@ struct Pending {
 #[derive(Debug)]
 struct Probe {
     reply: oneshot::Sender<Result<Circuit, Error>>,
+    peer: DirectoryPeer,
+    retried: bool,
+    /// When the first attempt started.
+    started: Timestamp,
     hop: HopSpec,
     advertised: SocketAddr,
 }
@@ -103,9 +112,22 @@ impl Driver {
         reply: oneshot::Sender<Result<Circuit, Error>>,
     ) {
         let now = self.now();
+        self.start_directory(peer, reply, false, now);
+    }
+
+    /// [`build_directory`](Self::build_directory): its first attempt, or the second
+    /// (`retried`) of a build first started at `first`.
+    fn start_directory(
+        &mut self,
+        peer: DirectoryPeer,
+        reply: oneshot::Sender<Result<Circuit, Error>>,
+        retried: bool,
+        first: Timestamp,
+    ) {
+        let now = self.now();
         let relay = peer.node_id();
         let mut advertised = None;
-        let started = match peer {
+        let started = match &peer {
             DirectoryPeer::Relay(desc) => {
                 let addr = desc.addr(self.settings.transport);
                 let onion_key = desc.onion_key(unix_now()).cloned();
@@ -124,7 +146,15 @@ impl Driver {
                             .get(&relay)
                             .is_some_and(|l| l.remote_addr() != addr);
                         if elsewhere {
-                            return self.probe(relay, addr, hop, reply);
+                            let probe = Probe {
+                                reply,
+                                peer,
+                                retried,
+                                started: first,
+                                hop,
+                                advertised: addr,
+                            };
+                            return self.probe(relay, probe);
                         }
                         self.overlay.build(vec![hop], now)
                     }
@@ -135,7 +165,7 @@ impl Driver {
             DirectoryPeer::Pinned(p) => {
                 let known = KnownPeer {
                     addr: p.addr,
-                    link_key: p.link_key,
+                    link_key: p.link_key.clone(),
                 };
                 self.direct.remember(relay, known);
                 self.overlay.build_directory(relay, now)
@@ -145,9 +175,11 @@ impl Driver {
             Ok(circuit) => {
                 let pending = Pending {
                     reply,
+                    peer,
+                    retried,
                     relay,
                     advertised,
-                    started: now,
+                    started: first,
                 };
                 self.direct.builds.insert(circuit, pending);
             }
@@ -157,19 +189,10 @@ impl Driver {
         }
     }
 
-    /// Dial `relay` at `advertised` (a link to it from elsewhere is up); the build waits.
-    fn probe(
-        &mut self,
-        relay: NodeId,
-        advertised: SocketAddr,
-        hop: HopSpec,
-        reply: oneshot::Sender<Result<Circuit, Error>>,
-    ) {
-        let probe = Probe {
-            reply,
-            hop,
-            advertised,
-        };
+    /// Dial `relay` at the probe's advertised address (a link to it from elsewhere is up);
+    /// the build waits.
+    fn probe(&mut self, relay: NodeId, probe: Probe) {
+        let advertised = probe.advertised;
         let waiting = self.direct.probes.entry(relay).or_default();
         // One dial per address waited for (a newer descriptor may name another; the dial
         // goes to the address remembered last, this one).
@@ -200,9 +223,11 @@ impl Driver {
                 Ok(circuit) => {
                     let pending = Pending {
                         reply: probe.reply,
+                        peer: probe.peer,
+                        retried: probe.retried,
                         relay: peer,
                         advertised: Some(probe.advertised),
-                        started: now,
+                        started: probe.started,
                     };
                     self.direct.builds.insert(circuit, pending);
                 }
@@ -252,13 +277,22 @@ impl Driver {
         true
     }
 
-    /// A directory circuit failed: tell its requester. False if `circuit` is not one.
+    /// A directory circuit failed: tell its requester, unless the link under it went down
+    /// and this was the first attempt. That link may have been dropped by the relay before
+    /// this node learnt of it (a relay whose link table is full drops its quietest link to
+    /// make room), and a build started on it just then fails through no fault of either
+    /// side: it is tried once more, over a new link. False if `circuit` is not one.
     pub(super) fn direct_failed(&mut self, circuit: CircuitHandle, reason: DestroyReason) -> bool {
         let Some(pending) = self.direct.builds.remove(&circuit) else {
             return false;
         };
+        if reason == DestroyReason::LinkLost && !pending.retried {
+            tracing::debug!("a directory circuit's link went down while it was built; once more");
+            self.start_directory(pending.peer, pending.reply, true, pending.started);
+            return true;
+        }
         let error = nyx_overlay::Error::BuildFailed {
-            attempts: 1,
+            attempts: 1 + usize::from(pending.retried),
             reason,
         };
         let _ = pending.reply.send(Err(error.into()));
