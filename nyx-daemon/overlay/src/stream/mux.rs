@@ -145,8 +145,6 @@ pub struct StreamMux {
     /// time of their own, are placed at it.
     now: Timestamp,
     ping: bool,
-    /// Probe packets still to send for the latest probe timeout.
-    probes: u8,
     pto_count: u32,
     /// When the latest packet from the peer arrived, and when this end last asked for proof
     /// of life (the circuit's liveness check).
@@ -190,7 +188,6 @@ impl StreamMux {
             acks: AckState::default(),
             sent: SentPackets::default(),
             ping: false,
-            probes: 0,
             pto_count: 0,
             last_heard: now,
             last_probe: now,
@@ -745,8 +742,7 @@ impl StreamMux {
         let open = self.sent.in_flight() < self.cc.window();
         let (cwnd, srtt, ss) = self.pacing();
         let paced = open && !self.pacer.ready(now, cwnd, srtt, ss);
-        let probing = self.ping || self.probes > 0;
-        if (open && !paced) || (!in_flight && probing) {
+        if (open && !paced) || (!in_flight && self.ping) {
             let before = at;
             at = self.write_symbol(now, out, at, &mut in_flight);
             if at != before {
@@ -754,12 +750,11 @@ impl StreamMux {
             }
         }
         self.paced = paced;
-        if probing && !in_flight {
+        if self.ping && !in_flight {
             at = wire::write_ping(out, at);
             in_flight = true;
         }
         self.ping = false;
-        self.probes = self.probes.saturating_sub(1);
         // Every packet that is itself acknowledged repeats the latest ACK: no lost ACK is
         // ever resent, and a peer whose window is full waits for exactly that ACK.
         let ack_now = (in_flight && self.acks.has_received())
@@ -964,19 +959,7 @@ impl StreamMux {
                 pto_count = self.pto_count,
                 "probe timeout"
             );
-            // Two probes (RFC 9002, 6.2.4), each with what is still unacknowledged rather
-            // than only a PING: the control frames of the packets in flight are queued
-            // again (every frame is idempotent). Under heavy loss one probe and its ACK
-            // often both fail, and a lost OPEN, FIN or DONE found only through the PING's
-            // ACK cost a probe timeout and a round trip more: under Shadow at 10% loss per
-            // link a stream took 1.5 s to open.
-            self.probes = 2;
-            for c in self.sent.unsettled_controls() {
-                if self.still_wanted(&c) && !self.controls.contains(&c) {
-                    self.stats.controls_resent += 1;
-                    self.controls.push_back(c);
-                }
-            }
+            self.ping = true;
             if self.pto_count >= 3 {
                 self.cc.on_timeout();
             }

@@ -129,19 +129,6 @@ impl SentPackets {
         }
     }
 
-    /// The control frames of the packets still in flight, oldest first, each once.
-    pub(super) fn unsettled_controls(&self) -> Vec<Control> {
-        let mut out: Vec<Control> = Vec::new();
-        for sent in self.packets.iter().filter(|s| !s.settled && s.in_flight) {
-            for c in &sent.controls {
-                if !out.contains(c) {
-                    out.push(c.clone());
-                }
-            }
-        }
-        out
-    }
-
     /// The largest packet number the peer acknowledged.
     pub(super) fn largest_acked(&self) -> Option<u32> {
         self.largest_acked

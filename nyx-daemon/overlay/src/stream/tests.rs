@@ -543,40 +543,6 @@ fn drain(from: &mut StreamMux, now: Timestamp) -> Vec<Vec<u8>> {
     std::iter::from_fn(|| from.poll_transmit(now, &mut buf).map(|n| buf[..n].to_vec())).collect()
 }
 
-/// A lost OPEN goes out again in the first probe: the exit hears of the stream one probe
-/// timeout after it was opened. With a bare PING as the probe it heard only after the
-/// PING's ACK showed the loss and the OPEN went out again, a round trip later (under
-/// Shadow at 10% loss per link, with probes failing too, a stream took 1.5 s to open).
-/// A second probe follows the first, so that one lost probe does not cost another timeout.
-#[test]
-fn a_probe_timeout_sends_the_lost_open_again_in_two_probes() {
-    let config = StreamConfig::default();
-    let mut client = StreamMux::new(Role::Client, config.clone(), Timestamp::ZERO).unwrap();
-    let mut exit = StreamMux::new(Role::Exit, config, Timestamp::ZERO).unwrap();
-    let id = client.open("127.0.0.1:9", Timestamp::ZERO).unwrap();
-    let lost = drain(&mut client, Timestamp::ZERO);
-    assert_eq!(lost.len(), 1, "the OPEN's packet");
-    let pto = client.poll_timeout().expect("a probe timeout");
-    client.handle_timeout(pto);
-    let probes = drain(&mut client, pto);
-    assert_eq!(probes.len(), 2, "two probes");
-    exit.handle_packet(&probes[0], pto).unwrap();
-    assert!(
-        matches!(exit.poll_event(), Some(StreamEvent::Incoming { stream, .. }) if stream == id),
-        "the first probe carries the OPEN"
-    );
-    // The second is a probe too (the OPEN again, or a PING): it asks for an ACK.
-    exit.handle_packet(&probes[1], pto).unwrap();
-    let ack_at = pto.saturating_add(StreamConfig::default().max_ack_delay);
-    exit.handle_timeout(ack_at);
-    assert!(
-        !drain(&mut exit, ack_at).is_empty(),
-        "the exit acknowledges"
-    );
-    // The OPEN and the window the client advertised with it.
-    assert_eq!(client.stats().controls_resent, 2);
-}
-
 /// A client and an exit with one stream opened and accepted, by hand, at 0-3 ms.
 fn opened_stream() -> (StreamMux, StreamMux, StreamId) {
     let config = StreamConfig::default();
