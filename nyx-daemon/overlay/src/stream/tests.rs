@@ -1034,6 +1034,27 @@ fn download_with(
     (total as f64 / secs / 1e6, sim.exit(0).stats())
 }
 
+/// Every ACK is a whole cell that relays carry up the same links as the data going the
+/// other way, so a bulk download's receiver acknowledges about every 32 packets, not every
+/// 8 (an eighth of a relay's uplink under Shadow). What the exit hears back from the
+/// client is its ACKs.
+#[test]
+fn a_bulk_download_costs_one_ack_cell_per_32_data_cells() {
+    let path = LinkModel {
+        rate_per_ms: 20.0,
+        queue_limit: 512,
+        ..LinkModel::default()
+    };
+    let (_, s) = download(path.clone(), path, 8 * 1024 * 1024);
+    assert!(s.packets_sent > 8000, "{} packets", s.packets_sent);
+    assert!(
+        s.packets_received * 28 <= s.packets_sent,
+        "{} packets back for {} sent",
+        s.packets_received,
+        s.packets_sent
+    );
+}
+
 /// On loopback a hop's whole batch (one GSO send) is lost at once, so nft's "2% per link"
 /// drops runs of cells: the stream counters of a real run showed runs of 13 on average and
 /// an FEC overhead of 1.5 with 256-symbol blocks and an ACK every 8 packets. This model
