@@ -38,8 +38,8 @@ pub struct CcConfig {
     pub beta: u32,
     /// Slow start ends once this many are queued (default 96). Below alpha: slow start's
     /// last doubling overshoots for a round trip before the queue shows, and that overshoot
-    /// must still fit a 256-cell queue (with 192, the stream simulation's clean path did
-    /// not).
+    /// must still fit a 256-cell queue (with gamma at 192 it overflowed the stream
+    /// simulation's 256-cell bottleneck on a clean path).
     pub gamma: u32,
     /// Above this many, cut the window by 30% at once (default 384).
     pub delta: u32,
