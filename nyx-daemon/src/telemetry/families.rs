@@ -64,6 +64,7 @@ pub(super) const LABEL_VALUES: &[(&str, &[&str])] = &[
         ],
     ),
     ("role", &["relayed", "own"]),
+    ("side", &["owner", "relay"]),
 ];
 
 fn n(v: u64) -> f64 {
@@ -185,6 +186,17 @@ pub(super) const FAMILIES: &[FamilyDef] = &[
             let o = &s.node.overlay;
             out(&[("outcome", "built")], n(o.circuits_built));
             out(&[("outcome", "failed")], n(o.circuits_failed));
+        },
+    },
+    FamilyDef {
+        name: "nyx_extend_resends_total",
+        help: "EXTENDs resent for want of an EXTENDED: sent as a circuit's owner, or received \
+               again as the hop that extends.",
+        kind: Counter,
+        samples: |s, out| {
+            let o = &s.node.overlay;
+            out(&[("side", "owner")], n(o.extends_resent));
+            out(&[("side", "relay")], n(o.extends_repeated));
         },
     },
     FamilyDef {

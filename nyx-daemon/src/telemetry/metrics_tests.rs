@@ -29,6 +29,8 @@ fn known() -> MetricsSnapshot {
     o.circuits_failed = 25;
     o.links_dead = 26;
     o.circuits_tampered = 29;
+    o.extends_resent = 45;
+    o.extends_repeated = 46;
     s.node.links = 4;
     s.node.relay_circuits = 3;
     s.node.own_circuits = 2;
@@ -194,6 +196,8 @@ fn known_numbers_render_as_exact_lines() {
         "nyx_circuit_builds_total{outcome=\"failed\"} 25",
         "nyx_links 4",
         "nyx_links_dead_total 26",
+        "nyx_extend_resends_total{side=\"owner\"} 45",
+        "nyx_extend_resends_total{side=\"relay\"} 46",
         "nyx_circuits_tampered_total 29",
         "nyx_send_failures_total 27",
         "nyx_owner_drops_total 28",

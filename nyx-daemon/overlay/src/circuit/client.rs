@@ -9,6 +9,7 @@ use nyx_crypto::hop::{HopInitiator, HopInitiatorSent};
 use nyx_crypto::kem::HybridPublicKey;
 use nyx_crypto::onion::{ClientCircuit, ClientHop, FORWARD_PAYLOAD_LEN, FORWARD_PAYLOAD_OFFSET};
 
+use super::resend::ExtendResend;
 use super::wire::{self, CIRC_ID_LEN, Control, DestroyReason, RelayCommand};
 use super::{CircuitHandle, Event, HopSpec, Overlay, Slot};
 use crate::Error;
@@ -36,8 +37,14 @@ impl Sent {
 enum BuildState {
     /// CREATE (or CREATE_FAST) sent to the entry (over its link, or waiting for the link).
     Creating(Sent),
-    /// EXTEND sent for hop `hop` (1-based position in the path).
-    Extending { hop: usize, sent: HopInitiatorSent },
+    /// EXTEND sent for hop `hop` (its index in the path), in `fragments`, resent on
+    /// `resend`'s schedule until EXTENDED comes.
+    Extending {
+        hop: usize,
+        sent: HopInitiatorSent,
+        fragments: [Vec<u8>; wire::EXTEND_FRAGMENTS as usize],
+        resend: ExtendResend,
+    },
     /// Every hop answered.
     Open,
     /// Between states (only while a step runs).
@@ -57,6 +64,9 @@ pub(super) struct ClientCirc {
     built: Option<Timestamp>,
     expiring_sent: bool,
     handshakes: u16,
+    /// How long the last build step took, from its last clean sample (see
+    /// [`ExtendResend::sample`]).
+    last_step: Option<std::time::Duration>,
 }
 
 impl ClientCirc {
@@ -153,6 +163,7 @@ impl Overlay {
                 built: None,
                 expiring_sent: false,
                 handshakes: 0,
+                last_step: None,
             },
         );
         self.shared
@@ -222,7 +233,9 @@ impl Overlay {
         };
         match std::mem::replace(&mut c.state, BuildState::Moving) {
             BuildState::Creating(sent) if fast == matches!(sent, Sent::Fast(_)) => {
-                self.client_hop_done(id, sent, created, now)
+                // CREATE is not resent (the link carries it reliably), so this is a sample.
+                let took = now.saturating_duration_since(c.started);
+                self.client_hop_done(id, sent, created, Some(took), now)
             }
             other => {
                 c.state = other;
@@ -231,11 +244,20 @@ impl Overlay {
         }
     }
 
-    /// A hop answered: add its layer, then extend further or report the circuit built.
-    fn client_hop_done(&mut self, id: u64, sent: Sent, created: &[u8], now: Timestamp) {
+    /// A hop answered (after `took`, if that is a clean sample): add its layer, then extend
+    /// further or report the circuit built.
+    fn client_hop_done(
+        &mut self,
+        id: u64,
+        sent: Sent,
+        created: &[u8],
+        took: Option<std::time::Duration>,
+        now: Timestamp,
+    ) {
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
+        c.last_step = took.or(c.last_step);
         let hop = c.onion.len();
         let added = sent
             .finish(created)
@@ -270,11 +292,54 @@ impl Overlay {
         };
         c.handshakes = c.handshakes.wrapping_add(1);
         let fragments = wire::extend_fragments(c.handshakes, &node, &create);
-        c.state = BuildState::Extending { hop: next, sent };
-        for fragment in fragments {
-            if let Err(e) = self.client_send_relay(id, next - 1, RelayCommand::Extend, &fragment) {
+        let resend = ExtendResend::new(next, c.last_step, self.config.extend_resend, now);
+        self.extend_due = Some(
+            self.extend_due
+                .map_or(resend.due(), |d| d.min(resend.due())),
+        );
+        for fragment in &fragments {
+            if let Err(e) = self.client_send_relay(id, next - 1, RelayCommand::Extend, fragment) {
                 tracing::debug!(error = %e, "cannot send EXTEND");
                 return self.client_lost(id, DestroyReason::ResourceLimit, None, true, now);
+            }
+        }
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.state = BuildState::Extending {
+                hop: next,
+                sent,
+                fragments,
+                resend,
+            };
+        }
+    }
+
+    /// Resend every EXTEND whose wait is over, and note when the next one is due.
+    pub(super) fn client_resends(&mut self, now: Timestamp) {
+        let mut due = Vec::new();
+        let mut next: Option<Timestamp> = None;
+        for (id, c) in &mut self.clients {
+            if let BuildState::Extending {
+                hop,
+                fragments,
+                resend,
+                ..
+            } = &mut c.state
+            {
+                if resend.poll(now, self.config.build_timeout) {
+                    due.push((*id, *hop, fragments.clone()));
+                }
+                next = Some(next.map_or(resend.due(), |t| t.min(resend.due())));
+            }
+        }
+        self.extend_due = next;
+        for (id, hop, fragments) in due {
+            self.shared.stats.extends_resent += 1;
+            for fragment in &fragments {
+                // A full queue now is no reason to give up: the next resend may fit.
+                if let Err(e) = self.client_send_relay(id, hop - 1, RelayCommand::Extend, fragment)
+                {
+                    tracing::debug!(error = %e, "cannot resend EXTEND");
+                }
             }
         }
     }
@@ -315,12 +380,16 @@ impl Overlay {
             (RelayCommand::Extended, BuildState::Extending { hop, .. })
                 if delivered.hop + 1 == *hop && body.len() == nyx_crypto::hop::CREATED_LEN =>
             {
-                if let BuildState::Extending { sent, .. } =
+                if let BuildState::Extending { sent, resend, .. } =
                     std::mem::replace(&mut c.state, BuildState::Moving)
                 {
-                    self.client_hop_done(id, Sent::Onion(sent), &buf[body], now);
+                    let took = resend.sample(now);
+                    self.client_hop_done(id, Sent::Onion(sent), &buf[body], took, now);
                 }
             }
+            // A hop that extended already answers a resent EXTEND again (relay.rs); the
+            // first answer was used.
+            (RelayCommand::Extended, _) if delivered.hop + 1 < c.onion.len() => {}
             (RelayCommand::Truncated, _) => {
                 let reason = buf
                     .get(body.start)
@@ -397,7 +466,7 @@ impl Overlay {
         }
     }
 
-    /// Owner-side timers: build timeouts, lifetimes.
+    /// Owner-side timers: build timeouts, lifetimes (EXTEND resends: `client_resends`).
     pub(super) fn client_timers(&mut self, now: Timestamp) {
         let mut lost = Vec::new();
         for (id, c) in &mut self.clients {

@@ -11,6 +11,7 @@ mod arena;
 mod client;
 mod links;
 mod relay;
+mod resend;
 mod timers;
 pub mod wire;
 
@@ -45,6 +46,9 @@ pub struct OverlayConfig {
     pub relay: bool,
     /// A circuit not built within this is abandoned. Default 10 s.
     pub build_timeout: Duration,
+    /// The shortest wait before an unanswered EXTEND is resent. The wait follows the round
+    /// trips the build has measured and doubles with each resend. Default 50 ms.
+    pub extend_resend: Duration,
     /// A built circuit is destroyed this long after it was built. Default 10 min (Tor's
     /// `MaxCircuitDirtiness`).
     pub max_circuit_lifetime: Duration,
@@ -96,6 +100,7 @@ impl Default for OverlayConfig {
         OverlayConfig {
             relay: true,
             build_timeout: Duration::from_secs(10),
+            extend_resend: Duration::from_millis(50),
             max_circuit_lifetime: Duration::from_secs(600),
             rotate_before: Duration::from_secs(60),
             relay_idle_timeout: Duration::from_secs(900),
@@ -295,6 +300,11 @@ pub struct OverlayStats {
     pub circuits_failed: u64,
     /// Links declared dead by probes.
     pub links_dead: u64,
+    /// EXTENDs this node resent as a circuit's owner (no EXTENDED within the wait).
+    pub extends_resent: u64,
+    /// Repeated EXTENDs this node received as the extending hop: answered again with the
+    /// cached EXTENDED, or ignored while CREATE is out.
+    pub extends_repeated: u64,
 }
 
 /// A circuit id on a link, with the peer it is shared with.
@@ -350,6 +360,8 @@ pub struct Overlay {
     create_limiter: KeyedLimiter<NodeId>,
     all_creates: nyx_core::rate::Limiter,
     next_tick: Timestamp,
+    /// The earliest EXTEND resend due (it may be stale-early: the check then finds none).
+    extend_due: Option<Timestamp>,
 }
 
 impl Overlay {
@@ -392,6 +404,7 @@ impl Overlay {
             next_id: 1,
             circ_ids: StdRng::from_seed(seed),
             next_tick: now + config.timer_granularity,
+            extend_due: None,
             config,
         })
     }

@@ -50,7 +50,11 @@ pub(super) struct RelayCircuit {
     hop: RelayHop,
     pub(super) next: NextHop,
     pub(super) extend: Option<Reassembly>,
-    extended: bool,
+    /// The handshake id of the EXTEND this hop acted on (it extends once).
+    extended: Option<u16>,
+    /// The next hop's CREATED, kept to answer a resent EXTEND (its owner may have lost the
+    /// EXTENDED) until a cell for a later hop shows the owner has it.
+    created: Option<Box<[u8; CREATED_LEN]>>,
     limiter: Limiter,
     pub(super) last_active: Timestamp,
     pub(super) queued: usize,
@@ -157,7 +161,8 @@ impl Overlay {
                 hop,
                 next: NextHop::None,
                 extend: None,
-                extended: false,
+                extended: None,
+                created: None,
                 limiter: Limiter::new(self.config.circuit_cells),
                 last_active: now,
                 queued: 0,
@@ -188,6 +193,7 @@ impl Overlay {
             }
             Ok(Peeled::Forward) => {
                 c.last_active = now;
+                c.created = None;
                 if let NextHop::Open { peer, circ } = c.next {
                     buf[..CIRC_ID_LEN].copy_from_slice(&circ.to_be_bytes());
                     if self.shared.push_cell(peer, id, &mut c.queued, buf.freeze()) {
@@ -300,9 +306,19 @@ impl Overlay {
             self.shared.stats.protocol_errors += 1;
             return;
         };
-        if c.extended || !matches!(c.next, NextHop::None) {
-            // One extension per hop: a circuit is a path, not a tree.
-            self.shared.stats.protocol_errors += 1;
+        if let Some(handshake) = c.extended {
+            if handshake != frag.handshake {
+                // One extension per hop: a circuit is a path, not a tree.
+                self.shared.stats.protocol_errors += 1;
+                return;
+            }
+            // The owner resent it: answer again once extended (CREATE itself went over the
+            // reliable link, so while it is out there is nothing to do).
+            self.shared.stats.extends_repeated += 1;
+            if let (NextHop::Open { .. }, Some(created)) = (&c.next, &c.created) {
+                let created = **created;
+                self.relay_originate(id, RelayCommand::Extended, &created);
+            }
             return;
         }
         let r = match &mut c.extend {
@@ -328,7 +344,7 @@ impl Overlay {
             self.relay_destroy(id, DestroyReason::Protocol, now);
             return;
         }
-        c.extended = true;
+        c.extended = Some(r.handshake);
         let mut create = Box::new([0u8; CREATE_LEN]);
         create.copy_from_slice(&r.bytes[32..]);
         let circ = self.alloc_circ_id(next);
@@ -360,6 +376,7 @@ impl Overlay {
             NextHop::Pending { peer, circ, .. } if peer == from => {
                 c.next = NextHop::Open { peer, circ };
                 c.last_active = now;
+                c.created = Some(Box::new(*created));
                 self.relay_originate(id, RelayCommand::Extended, created);
             }
             _ => self.shared.stats.bad_control += 1,

@@ -10,6 +10,8 @@ use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
 
 use super::*;
 
+mod lossy;
+
 const UNIX_NOW: u64 = 1_800_000_000;
 
 #[derive(Debug, Clone)]
@@ -503,7 +505,16 @@ fn silent_hop_times_out_the_build() {
         usize::from(!(to == exit && matches!(msg, Msg::Control(m) if m[0] == 1)))
     }));
     let c = net.build(0, &[1, 2, 3]);
-    net.advance(Duration::from_millis(2100));
+    // Meanwhile the owner resends its EXTEND to the middle, which ignores the repeats: its
+    // CREATE is out, and the link carries that reliably.
+    net.advance(Duration::from_millis(400));
+    let resent = net.nodes[0].overlay.stats().extends_resent;
+    assert!(resent >= 2, "{resent}");
+    let middle = net.nodes[2].overlay.stats();
+    assert_eq!(middle.extends_repeated, 2 * resent, "{middle:?}");
+    assert_eq!(middle.protocol_errors, 0);
+    assert!(net.events(0).is_empty(), "not built, not failed yet");
+    net.advance(Duration::from_millis(1700));
     let ev = net.events(0);
     assert!(
         ev.contains(&Event::Failed {
