@@ -287,7 +287,7 @@ impl StreamMux {
         if stream.fin.is_some() {
             return Ok(());
         }
-        stream.tx.flush(now)?;
+        stream.tx.finish(now)?;
         stream.fin = Some(stream.written);
         let offset = stream.written;
         self.controls.push_back(Control::Fin { stream: id, offset });
