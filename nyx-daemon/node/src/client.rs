@@ -166,11 +166,14 @@ impl NodeHandle {
 
     /// Start the stream endpoint of a freshly built circuit.
     pub(crate) fn start_endpoint(&self, circuit: crate::Circuit) -> Result<Endpoint, Error> {
-        let mux = StreamMux::new(
+        let mut mux = StreamMux::new(
             Role::Client,
             self.streams.config.clone(),
             nyx_core::Timestamp::ZERO,
         )?;
+        if let Some(rtt) = circuit.rtt {
+            mux.seed_rtt(rtt);
+        }
         let ep = Endpoint::new(mux, circuit.path.clone());
         tokio::spawn(endpoint::run(ep.clone(), Port::Client(circuit), None));
         Ok(ep)

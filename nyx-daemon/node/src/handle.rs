@@ -295,6 +295,8 @@ pub struct Circuit {
     pub(crate) handle: CircuitHandle,
     pub(crate) path: Vec<NodeId>,
     pub(crate) exit_policy: ExitPolicy,
+    /// Its round trip as the build measured it, if it did (`Overlay::circuit_rtt`).
+    pub(crate) rtt: Option<std::time::Duration>,
     pub(crate) commands: mpsc::Sender<Command>,
     pub(crate) messages: mpsc::Receiver<CircuitMessage>,
     pub(crate) closed: bool,

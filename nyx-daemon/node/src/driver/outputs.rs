@@ -220,6 +220,7 @@ impl Driver {
             handle: circuit,
             path,
             exit_policy,
+            rtt: self.overlay.circuit_rtt(circuit),
             commands: self.commands_tx.clone(),
             messages: rx,
             closed: false,

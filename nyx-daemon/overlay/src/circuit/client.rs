@@ -67,6 +67,8 @@ pub(super) struct ClientCirc {
     /// How long the last build step took, from its last clean sample (see
     /// [`ExtendResend::sample`]).
     last_step: Option<std::time::Duration>,
+    /// Whether `last_step` is the latest step's own time (it was not resent).
+    last_step_clean: bool,
 }
 
 impl ClientCirc {
@@ -164,11 +166,22 @@ impl Overlay {
                 expiring_sent: false,
                 handshakes: 0,
                 last_step: None,
+                last_step_clean: false,
             },
         );
         self.shared
             .insert_slot((entry, circ), Slot::Client(id), now);
         Ok(id)
+    }
+
+    /// How long a built circuit's last build step took: CREATE to CREATED for one hop, the
+    /// EXTEND to the exit and its EXTENDED otherwise, which is a round trip over the whole
+    /// circuit (and the exit's handshake). `None` if that step was resent, or the circuit
+    /// is not this node's or not built. A stream layer takes it as its first RTT estimate.
+    pub fn circuit_rtt(&self, circuit: CircuitHandle) -> Option<std::time::Duration> {
+        let c = self.clients.get(&circuit.0)?;
+        c.built?;
+        c.last_step_clean.then_some(c.last_step?)
     }
 
     /// Send a payload (at most [`wire::MAX_FORWARD_BODY`] bytes) to the exit of a built
@@ -258,6 +271,7 @@ impl Overlay {
             return;
         };
         c.last_step = took.or(c.last_step);
+        c.last_step_clean = took.is_some();
         let hop = c.onion.len();
         let added = sent
             .finish(created)

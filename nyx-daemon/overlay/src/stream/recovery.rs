@@ -77,6 +77,15 @@ impl Rtt {
         self.smoothed.max(self.latest) * 9 / 8 + Duration::from_millis(2)
     }
 
+    /// Before the first sample, assume `rtt` instead of the initial guess.
+    pub(super) fn seed(&mut self, rtt: Duration) {
+        if !self.has_sample {
+            self.smoothed = rtt;
+            self.var = rtt / 2;
+            self.latest = rtt;
+        }
+    }
+
     fn update(&mut self, sample: Duration) {
         self.latest = sample;
         self.min = self.min.min(sample);
@@ -142,6 +151,11 @@ impl SentPackets {
     /// The RTT estimates.
     pub(super) fn rtt(&self) -> &Rtt {
         &self.rtt
+    }
+
+    /// Take `rtt` as the estimate until the first sample ([`Rtt::seed`]).
+    pub(super) fn seed_rtt(&mut self, rtt: Duration) {
+        self.rtt.seed(rtt);
     }
 
     /// When an in-flight packet was last sent.

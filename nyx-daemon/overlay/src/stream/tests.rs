@@ -577,6 +577,49 @@ fn opened_stream() -> (StreamMux, StreamMux, StreamId) {
     (client, exit, id)
 }
 
+/// The first probe timeout of a fresh circuit follows the round trip its build measured
+/// ([`StreamMux::seed_rtt`]), not the 50 ms guess: a lost OPEN is resent about then.
+#[test]
+fn a_lost_open_is_resent_after_the_round_trip_the_build_measured() {
+    let t = |ms: u64| Timestamp::from_millis(ms);
+    let resent_at = |seed: Option<Duration>| {
+        let config = StreamConfig::default();
+        let mut client = StreamMux::new(Role::Client, config.clone(), t(0)).unwrap();
+        if let Some(rtt) = seed {
+            client.seed_rtt(rtt);
+        }
+        client.open("127.0.0.1:9", t(0)).unwrap();
+        assert!(
+            !drain(&mut client, t(0)).is_empty(),
+            "the OPEN left (and was lost)"
+        );
+        // Run the client's timers until what it sends opens the stream at an exit.
+        let mut exit = StreamMux::new(Role::Exit, config, t(0)).unwrap();
+        // (The probe asks for an ACK; the ACK shows the OPEN's packet lost; the OPEN goes
+        // again. The path here takes no time.)
+        for _ in 0..100 {
+            let due = client.poll_timeout().unwrap();
+            client.handle_timeout(due);
+            for _ in 0..3 {
+                for p in drain(&mut client, due) {
+                    exit.handle_packet(&p, due).unwrap();
+                }
+                if matches!(exit.poll_event(), Some(StreamEvent::Incoming { .. })) {
+                    return due.saturating_duration_since(t(0));
+                }
+                for p in drain(&mut exit, due) {
+                    client.handle_packet(&p, due).unwrap();
+                }
+            }
+        }
+        panic!("the OPEN was never resent");
+    };
+    let guessed = resent_at(None);
+    let measured = resent_at(Some(Duration::from_millis(2)));
+    assert!(guessed >= Duration::from_millis(100), "{guessed:?}");
+    assert!(measured <= Duration::from_millis(40), "{measured:?}");
+}
+
 /// An ACK can be lost without anyone resending it (a bare ACK is not itself acknowledged,
 /// and lost packets have only their control frames queued again). Every later packet that
 /// is acknowledged repeats it: otherwise a sender whose window is full waits for

@@ -128,3 +128,28 @@ fn builds_complete_at_twenty_percent_cell_loss() {
     assert_eq!(stats.extends_resent, 0);
     assert!(built <= 15, "{built} built without resends");
 }
+
+#[test]
+fn a_circuit_reports_its_last_build_step_unless_that_was_resent() {
+    let mut net = Net::new(4);
+    let (client, entry) = (net.nodes[0].id, net.nodes[1].id);
+    // The simulated network takes no time: a clean build's last step took none.
+    let clean = net.build(0, &[1, 2]);
+    assert_eq!(
+        net.nodes[0].overlay.circuit_rtt(clean),
+        Some(Duration::ZERO)
+    );
+    // The EXTEND to this circuit's exit (its last step) is resent: no sample.
+    net.tap = Some(drop_first_cell(client, entry));
+    let resent = net.build(0, &[1, 3]);
+    assert_eq!(
+        net.nodes[0].overlay.circuit_rtt(resent),
+        None,
+        "not built yet"
+    );
+    net.advance(Duration::from_millis(100));
+    assert!(net.events(0).contains(&Event::Built { circuit: resent }));
+    assert_eq!(net.nodes[0].overlay.circuit_rtt(resent), None);
+    // A circuit another node owns, or none at all, has no round trip here.
+    assert_eq!(net.nodes[1].overlay.circuit_rtt(clean), None);
+}
