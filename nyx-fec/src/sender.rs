@@ -151,7 +151,8 @@ impl Sender {
     }
 
     /// The writer is done: close the open block now, and when the stream's last source
-    /// symbol leaves, add [`tail_repair`] symbols to every block still unacknowledged.
+    /// symbol leaves, add `1 + K/200` fresh repair symbols to every block still
+    /// unacknowledged (K: the block's source symbols).
     /// Losses cluster at the end of a transfer, when the queue a window builds is at its
     /// longest, and a symbol lost there costs a round trip of repair with no later data to
     /// hide it behind: under Shadow at a 300 ms round trip, clean 10 MiB downloads spent

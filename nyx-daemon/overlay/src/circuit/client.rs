@@ -176,8 +176,9 @@ impl Overlay {
 
     /// How long a built circuit's last build step took: CREATE to CREATED for one hop, the
     /// EXTEND to the exit and its EXTENDED otherwise, which is a round trip over the whole
-    /// circuit (and the exit's handshake). `None` if that step was resent, or the circuit
-    /// is not this node's or not built. A stream layer takes it as its first RTT estimate.
+    /// circuit (and the exit's handshake; and the middle's dial to the exit if their link
+    /// was not up, so it may overstate). `None` if that step was resent, or the circuit is
+    /// not this node's or not built. A stream layer takes it as its first RTT estimate.
     pub fn circuit_rtt(&self, circuit: CircuitHandle) -> Option<std::time::Duration> {
         let c = self.clients.get(&circuit.0)?;
         c.built?;
