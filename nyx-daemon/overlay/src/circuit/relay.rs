@@ -30,8 +30,12 @@ pub(super) enum NextHop {
     },
     /// Extended.
     Open { peer: NodeId, circ: u32 },
-    /// The next hop is gone; TRUNCATED was sent to the client, who should destroy.
-    Truncated { since: Timestamp },
+    /// The next hop is gone; TRUNCATED (with `reason`) was sent to the client, who should
+    /// destroy.
+    Truncated {
+        since: Timestamp,
+        reason: DestroyReason,
+    },
 }
 
 /// An EXTEND being reassembled from its two fragments.
@@ -312,12 +316,19 @@ impl Overlay {
                 self.shared.stats.protocol_errors += 1;
                 return;
             }
-            // The owner resent it: answer again once extended (CREATE itself went over the
-            // reliable link, so while it is out there is nothing to do).
+            // The owner resent it: answer again once extended, or truncated (CREATE itself
+            // went over the reliable link, so while it is out there is nothing to do).
             self.shared.stats.extends_repeated += 1;
-            if let (NextHop::Open { .. }, Some(created)) = (&c.next, &c.created) {
-                let created = **created;
-                self.relay_originate(id, RelayCommand::Extended, &created);
+            match (&c.next, &c.created) {
+                (NextHop::Open { .. }, Some(created)) => {
+                    let created = **created;
+                    self.relay_originate(id, RelayCommand::Extended, &created);
+                }
+                (NextHop::Truncated { reason, .. }, _) => {
+                    let code = reason.code();
+                    self.relay_originate(id, RelayCommand::Truncated, &[code]);
+                }
+                _ => {}
             }
             return;
         }
@@ -437,7 +448,7 @@ impl Overlay {
         if let NextHop::Pending { peer, circ, .. } | NextHop::Open { peer, circ } = c.next {
             self.shared.remove_slot((peer, circ));
         }
-        c.next = NextHop::Truncated { since: now };
+        c.next = NextHop::Truncated { since: now, reason };
         self.relay_originate(id, RelayCommand::Truncated, &[reason.code()]);
     }
 
@@ -454,7 +465,7 @@ impl Overlay {
             }
             match c.next {
                 NextHop::Pending { deadline, .. } if now >= deadline => gone.push(*id),
-                NextHop::Truncated { since } if now >= since + self.config.truncated_grace => {
+                NextHop::Truncated { since, .. } if now >= since + self.config.truncated_grace => {
                     destroy.push((*id, DestroyReason::LinkLost));
                 }
                 _ if now >= c.last_active + self.config.relay_idle_timeout => {

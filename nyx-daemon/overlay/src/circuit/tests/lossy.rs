@@ -153,3 +153,26 @@ fn a_circuit_reports_its_last_build_step_unless_that_was_resent() {
     // A circuit another node owns, or none at all, has no round trip here.
     assert_eq!(net.nodes[1].overlay.circuit_rtt(clean), None);
 }
+
+#[test]
+fn a_lost_truncated_is_sent_again_when_the_extend_is_resent() {
+    let mut net = Net::new(4);
+    let (entry, middle, exit) = (net.nodes[1].id, net.nodes[2].id, net.nodes[3].id);
+    net.dead.insert(exit);
+    // The middle cannot reach the exit; its TRUNCATED (its first cell back) is lost.
+    net.tap = Some(drop_first_cell(middle, entry));
+    let c = net.build(0, &[1, 2, 3]);
+    assert!(net.events(0).is_empty());
+    // The owner's resent EXTEND brings it again, long before the build timeout (2 s).
+    net.advance(Duration::from_millis(100));
+    assert_eq!(
+        net.events(0),
+        vec![Event::Failed {
+            circuit: c,
+            reason: DestroyReason::ConnectFailed,
+            hop: Some(2),
+            relay: Some(exit),
+        }]
+    );
+    assert!(net.nodes[2].overlay.stats().extends_repeated >= 1);
+}
