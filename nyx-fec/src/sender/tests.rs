@@ -1,0 +1,261 @@
+//! Unit tests of the sender: repair requests and their hold-offs, the flush delay, how
+//! blocks coalesce, and the protection of a finished stream's tail.
+
+use super::*;
+use crate::packet::Request;
+
+/// A sender of one 8-symbol block of 16-byte symbols, written at `now`.
+fn one_block(now: Timestamp) -> Sender {
+    let config = FecConfig {
+        symbol_size: 16,
+        max_block_symbols: 8,
+        ..FecConfig::default()
+    };
+    let mut tx = Sender::new(config, now).unwrap();
+    tx.write(&[7u8; 128], now).unwrap();
+    tx
+}
+
+/// Encoded feedback asking for `needed` symbols of block 0, and its length.
+fn request(needed: u16) -> ([u8; 64], usize) {
+    let fb = Feedback {
+        next: 0,
+        expected: 0,
+        received: 0,
+        runs: 0,
+        requests: vec![Request { block: 0, needed }],
+    };
+    let mut bytes = [0u8; 64];
+    let n = fb.write(&mut bytes).unwrap();
+    (bytes, n)
+}
+
+#[test]
+fn a_request_for_a_block_still_in_its_first_round_is_ignored() {
+    let now = Timestamp::from_millis(100);
+    let mut tx = one_block(now);
+    let mut out = [0u8; 64];
+    // Three of the eight source symbols leave; then an impatient request arrives.
+    for _ in 0..3 {
+        tx.poll_transmit(now, &mut out).unwrap().unwrap();
+    }
+    let (bytes, n) = request(NEEDED_ALL);
+    tx.handle_feedback(&bytes[..n], now).unwrap();
+    // The block goes on with its source symbols 3..8, in order.
+    for esi in 3..8 {
+        tx.poll_transmit(now, &mut out).unwrap().unwrap();
+        let (h, _) = SymbolHeader::parse(&out[..SYMBOL_HEADER_LEN + 16], 16).unwrap();
+        assert_eq!(h.esi, esi);
+    }
+    let stats = tx.stats();
+    assert_eq!(stats.decided_blocks, 1, "up-front repair was chosen");
+    assert_eq!(stats.second_round_blocks, 0);
+    // Once the first round is out, a request is answered with fresh repair symbols.
+    while tx.poll_transmit(now, &mut out).unwrap().is_some() {}
+    let later = now.saturating_add(std::time::Duration::from_millis(1));
+    tx.handle_feedback(&bytes[..n], later).unwrap();
+    let m = tx.poll_transmit(later, &mut out).unwrap().unwrap();
+    let (h, _) = SymbolHeader::parse(&out[..m], 16).unwrap();
+    assert!(h.esi >= 8, "a repair symbol, not a resent source one");
+    assert_eq!(tx.stats().second_round_blocks, 1);
+}
+
+#[test]
+fn a_request_sooner_than_a_round_trip_after_the_last_symbol_is_ignored() {
+    let t0 = Timestamp::from_millis(100);
+    let mut tx = one_block(t0);
+    tx.set_rtt(std::time::Duration::from_millis(300));
+    let mut out = [0u8; 64];
+    while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+    let (bytes, n) = request(3);
+    // 100 ms after the last symbol left, the receiver cannot have had it: in flight.
+    let early = t0.saturating_add(std::time::Duration::from_millis(100));
+    tx.handle_feedback(&bytes[..n], early).unwrap();
+    assert!(!tx.has_pending_symbols(), "{:?}", tx.stats());
+    // A round trip later the report means loss: three are needed, more go out.
+    let late = t0.saturating_add(std::time::Duration::from_millis(301));
+    tx.handle_feedback(&bytes[..n], late).unwrap();
+    assert!(tx.has_pending_symbols());
+    let answered = tx.stats().requested_repair;
+    assert!(answered >= 3, "{answered}");
+    // While those wait to leave, the same report again asks for nothing more.
+    let again = late.saturating_add(std::time::Duration::from_secs(1));
+    tx.handle_feedback(&bytes[..n], again).unwrap();
+    assert_eq!(tx.stats().requested_repair, answered);
+}
+
+/// Under Shadow, an exit whose circuit window held its symbols back closed a small
+/// block at every flush deadline: blocks of 10 to 20 symbols, and the block window,
+/// not the circuit's, capped what was in flight. A block that could not leave sooner
+/// keeps filling instead.
+#[test]
+fn the_flush_delay_waits_while_earlier_symbols_are_queued() {
+    let t0 = Timestamp::from_millis(100);
+    let mut tx = one_block(t0);
+    let delay = tx.config.flush_delay;
+    // The first block is queued and unsent; a small write opens the next.
+    tx.write(&[1u8; 20], t0).unwrap();
+    assert_eq!(
+        tx.poll_timeout(),
+        None,
+        "no flush deadline while symbols are queued"
+    );
+    let late = t0.saturating_add(delay * 3);
+    tx.handle_timeout(late).unwrap();
+    assert_eq!(
+        tx.blocks_in_flight(),
+        1,
+        "still open: it would only wait in the queue"
+    );
+    tx.write(&[2u8; 60], late).unwrap();
+    assert_eq!(tx.unflushed(), 80);
+    // Once the queue is out, the overdue block closes at the next timeout.
+    let mut out = [0u8; 64];
+    while tx.poll_transmit(late, &mut out).unwrap().is_some() {}
+    assert_eq!(tx.poll_timeout(), Some(t0.saturating_add(delay)));
+    tx.handle_timeout(late).unwrap();
+    assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 0));
+}
+
+/// A sender of 8-symbol blocks of 16-byte symbols with `window` blocks in flight at
+/// most, two one-symbol blocks sent at `t0`.
+fn two_small_blocks(window: u32, t0: Timestamp) -> Sender {
+    let config = FecConfig {
+        symbol_size: 16,
+        max_block_symbols: 8,
+        max_blocks_in_flight: window,
+        ..FecConfig::default()
+    };
+    let mut tx = Sender::new(config, t0).unwrap();
+    for _ in 0..2 {
+        tx.write(&[1u8; 10], t0).unwrap();
+        tx.flush(t0).unwrap();
+    }
+    let mut out = [0u8; 64];
+    while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+    tx
+}
+
+#[test]
+fn a_block_waits_for_its_share_of_what_is_in_flight() {
+    let t0 = Timestamp::from_millis(100);
+    // Two one-symbol blocks in flight: 32 bytes; a quarter of 4 blocks is one block,
+    // so an early close needs 32 bytes.
+    let mut tx = two_small_blocks(4, t0);
+    let delay = tx.config.flush_delay;
+    tx.write(&[2u8; 20], t0).unwrap();
+    assert!(tx.coalescing());
+    let late = t0.saturating_add(delay * 3);
+    tx.handle_timeout(late).unwrap();
+    assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 20));
+    // With its share, the overdue block closes at the next timeout.
+    tx.write(&[2u8; 20], late).unwrap();
+    assert!(!tx.coalescing());
+    assert_eq!(tx.poll_timeout(), Some(t0.saturating_add(delay)));
+    tx.handle_timeout(late).unwrap();
+    assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (3, 0));
+}
+
+#[test]
+fn a_push_waits_while_the_sender_coalesces_and_a_flush_does_not() {
+    let t0 = Timestamp::from_millis(100);
+    let mut tx = one_block(t0);
+    // The first block's symbols are queued: a pushed block would only wait behind them.
+    tx.write(&[1u8; 70], t0).unwrap();
+    tx.push(t0).unwrap();
+    assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (1, 70));
+    // Once they are out, it is due at once (not a flush delay later).
+    let mut out = [0u8; 64];
+    while tx.poll_transmit(t0, &mut out).unwrap().is_some() {}
+    // (128 bytes in flight over a quarter of 8 blocks: 70 bytes are its share.)
+    assert_eq!(tx.poll_timeout(), Some(t0));
+    tx.handle_timeout(t0).unwrap();
+    assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 0));
+    // A flush closes at once whatever is queued.
+    tx.write(&[2u8; 5], t0).unwrap();
+    tx.flush(t0).unwrap();
+    assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (3, 0));
+}
+
+/// Drain `tx` at `now`: (block, esi) of every packet.
+fn drain(tx: &mut Sender, now: Timestamp) -> Vec<(u32, u32)> {
+    let mut out = [0u8; 64];
+    let mut sent = Vec::new();
+    while let Some(n) = tx.poll_transmit(now, &mut out).unwrap() {
+        let (h, _) = SymbolHeader::parse(&out[..n], 16).unwrap();
+        sent.push((h.block, h.esi));
+    }
+    sent
+}
+
+#[test]
+fn a_finished_stream_protects_every_block_in_flight_when_its_last_symbol_leaves() {
+    let t0 = Timestamp::from_millis(100);
+    // A flush (more may follow): the source symbols and the controller's up-front
+    // repair (its prior loss estimate asks for some).
+    let mut flushed = one_block(t0);
+    flushed.write(&[4u8; 40], t0).unwrap();
+    flushed.flush(t0).unwrap();
+    let plain = drain(&mut flushed, t0);
+    let upfront = flushed.stats().upfront_repair;
+    assert!(plain.iter().filter(|&&(_, esi)| esi < 3).count() == 6);
+    // The same stream finished: one more fresh repair symbol for each block in flight,
+    // after the last source symbol, once.
+    let mut tx = one_block(t0);
+    tx.write(&[4u8; 40], t0).unwrap();
+    tx.finish(t0).unwrap();
+    let mut sent = drain(&mut tx, t0);
+    let next_esi = |block| {
+        1 + plain
+            .iter()
+            .filter(|s| s.0 == block)
+            .map(|s| s.1)
+            .max()
+            .unwrap()
+    };
+    let tail = [(0, next_esi(0)), (1, next_esi(1))];
+    let mut expected = [plain.clone(), tail.to_vec()].concat();
+    sent.sort();
+    expected.sort();
+    assert_eq!(sent, expected);
+    assert_eq!(tx.stats().upfront_repair, upfront + 2);
+    assert!(drain(&mut tx, t0).is_empty());
+    // Finishing after everything left protects what is in flight at once.
+    flushed.finish(t0).unwrap();
+    assert_eq!(drain(&mut flushed, t0), tail);
+}
+
+#[test]
+fn tail_repair_grows_with_the_block() {
+    assert_eq!(tail_repair(1), 1);
+    assert_eq!(tail_repair(199), 1);
+    assert_eq!(tail_repair(200), 2);
+    assert_eq!(tail_repair(1000), 6);
+}
+
+#[test]
+fn a_writer_held_by_the_block_window_fills_one_open_block() {
+    let t0 = Timestamp::from_millis(100);
+    let mut tx = two_small_blocks(2, t0);
+    // Two small blocks fill the window; the writer still fills a whole third block.
+    assert_eq!(tx.write(&[3u8; 1000], t0).unwrap(), 128);
+    assert_eq!(tx.write(&[3u8; 1000], t0).unwrap(), 0);
+    assert!(!tx.can_write());
+    assert_eq!(
+        tx.poll_timeout(),
+        Some(t0.saturating_add(tx.config.probe_timeout))
+    );
+    // Feedback for the first block makes room: the full block closes at once.
+    let fb = Feedback {
+        next: 1,
+        expected: 0,
+        received: 0,
+        runs: 0,
+        requests: Vec::new(),
+    };
+    let mut bytes = [0u8; 64];
+    let n = fb.write(&mut bytes).unwrap();
+    tx.handle_feedback(&bytes[..n], t0).unwrap();
+    assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 0));
+    assert!(tx.has_pending_symbols());
+}
