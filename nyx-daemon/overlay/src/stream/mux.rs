@@ -759,9 +759,7 @@ impl StreamMux {
         // ever resent, and a peer whose window is full waits for exactly that ACK.
         let ack_now = (in_flight && self.acks.has_received())
             || (self.acks.has_pending()
-                && self
-                    .acks
-                    .due(now, self.config.ack_every, self.config.max_ack_delay));
+                && self.acks.due(now, self.config.ack_every, self.ack_delay()));
         if ack_now && at + wire::ACK_LEN <= out.len() {
             if let Some(ack) = self.acks.take(now) {
                 at = wire::write_ack(out, at, &ack);
@@ -873,7 +871,7 @@ impl StreamMux {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
-        consider(self.acks.deadline(self.config.max_ack_delay));
+        consider(self.acks.deadline(self.ack_delay()));
         if self.paced {
             let (cwnd, srtt, ss) = self.pacing();
             consider(Some(self.pacer.next(cwnd, srtt, ss)));
@@ -925,13 +923,19 @@ impl StreamMux {
         self.in_use() && now >= self.last_heard.saturating_add(DEAD_AFTER)
     }
 
+    /// How long this end holds an ACK (`Rtt::ack_delay`).
+    fn ack_delay(&self) -> Duration {
+        self.sent.rtt().ack_delay(self.config.max_ack_delay)
+    }
+
     fn pto_deadline(&self) -> Option<Timestamp> {
         if self.sent.in_flight() == 0 {
             return None;
         }
         let rtt = self.sent.rtt();
-        let pto =
-            rtt.smoothed + (rtt.var * 4).max(Duration::from_millis(1)) + self.config.max_ack_delay;
+        let pto = rtt.smoothed
+            + (rtt.var * 4).max(Duration::from_millis(1))
+            + rtt.ack_delay(self.config.max_ack_delay);
         let backoff = 1u32 << self.pto_count.min(6);
         self.sent
             .last_in_flight_sent()

@@ -43,6 +43,10 @@ pub(super) struct Settled {
     pub(super) rtt: Option<Duration>,
 }
 
+/// The longest an ACK is held on a long path ([`Rtt::ack_delay`]): RFC 9000's default
+/// `max_ack_delay`.
+pub(super) const MAX_ACK_DELAY: Duration = Duration::from_millis(25);
+
 /// Round-trip estimates (RFC 6298 / RFC 9002 style).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rtt {
@@ -55,6 +59,8 @@ pub(super) struct Rtt {
     /// Smallest sample seen.
     pub(super) min: Duration,
     has_sample: bool,
+    /// Seeded with the circuit's measured round trip ([`Rtt::seed`]).
+    seeded: bool,
 }
 
 impl Default for Rtt {
@@ -65,6 +71,7 @@ impl Default for Rtt {
             latest: INITIAL_RTT,
             min: Duration::MAX,
             has_sample: false,
+            seeded: false,
         }
     }
 }
@@ -83,7 +90,20 @@ impl Rtt {
             self.smoothed = rtt;
             self.var = rtt / 2;
             self.latest = rtt;
+            self.seeded = true;
         }
+    }
+
+    /// How long a receiver may hold an ACK on this path: an eighth of the smoothed RTT,
+    /// at least `floor` and at most [`MAX_ACK_DELAY`] (`floor` alone while the RTT is only
+    /// the initial guess). Both ends apply it: the receiver when it holds ACKs, the sender
+    /// when it waits for them ([`super::StreamMux`]'s probe timeout), each with its own
+    /// estimate of the same round trip.
+    pub(super) fn ack_delay(&self, floor: Duration) -> Duration {
+        if !self.has_sample && !self.seeded {
+            return floor;
+        }
+        (self.smoothed / 8).min(MAX_ACK_DELAY).max(floor)
     }
 
     fn update(&mut self, sample: Duration) {
@@ -402,6 +422,28 @@ mod tests {
         a.on_packet(200, true, t(4));
         let ack = a.take(t(4)).unwrap();
         assert_eq!((ack.largest, ack.bitmap), (200, 0));
+    }
+
+    #[test]
+    fn acks_wait_an_eighth_of_a_known_round_trip_within_bounds() {
+        let floor = Duration::from_millis(2);
+        let mut rtt = Rtt::default();
+        assert_eq!(
+            rtt.ack_delay(floor),
+            floor,
+            "the initial guess is not a measurement"
+        );
+        rtt.seed(Duration::from_millis(40));
+        assert_eq!(rtt.ack_delay(floor), Duration::from_millis(5));
+        rtt.update(Duration::from_millis(4));
+        assert_eq!(rtt.ack_delay(floor), floor, "a short path keeps the floor");
+        let mut far = Rtt::default();
+        far.update(Duration::from_millis(300));
+        assert_eq!(far.ack_delay(floor), MAX_ACK_DELAY);
+        assert_eq!(
+            far.ack_delay(Duration::from_millis(40)),
+            Duration::from_millis(40)
+        );
     }
 
     #[test]
