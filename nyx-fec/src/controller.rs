@@ -91,6 +91,28 @@ impl LossEstimator {
         }
     }
 
+    /// Start from `loss` and `burst` instead of the prior (what an earlier stream on the
+    /// same path measured), if nothing was reported yet. The first report replaces it as it
+    /// replaces the prior; until then it is no more than a prior ([`Self::has_data`] stays
+    /// false). Out-of-range values are clamped (loss to 0..=0.95, burst to at least 1).
+    pub fn seed(&mut self, loss: f64, burst: f64) {
+        if self.last.is_some() || self.packets > 0.0 {
+            return;
+        }
+        let loss = if loss.is_finite() {
+            loss.clamp(0.0, 0.95)
+        } else {
+            PRIOR_LOSS
+        };
+        self.long = loss;
+        self.short = loss;
+        self.burst = if burst.is_finite() {
+            burst.max(1.0)
+        } else {
+            1.0
+        };
+    }
+
     /// Whether enough has been reported for the estimate to be more than the prior (100
     /// packets).
     pub fn has_data(&self) -> bool {
@@ -307,6 +329,28 @@ mod tests {
         assert!(fewer_than_k(r5 - 2) > 0.01 * 0.5, "{r5}");
         // Clamped at max_redundancy.
         assert_eq!(Redundancy::new(0.01, 0.1).repair_symbols(100, 0.5, 1.0), 10);
+    }
+
+    #[test]
+    fn a_seed_replaces_the_prior_until_the_first_report() {
+        let mut e = LossEstimator::default();
+        assert_eq!(e.loss(), PRIOR_LOSS);
+        e.seed(0.002, 3.0);
+        assert_eq!((e.loss(), e.burst()), (0.002, 3.0));
+        assert!(!e.has_data(), "a seed is still a prior");
+        e.seed(f64::NAN, -1.0);
+        assert_eq!(
+            (e.loss(), e.burst()),
+            (PRIOR_LOSS, 1.0),
+            "nonsense falls back"
+        );
+        e.seed(7.0, 1.0);
+        assert_eq!(e.loss(), 0.95);
+        // The first report takes over; a later seed changes nothing.
+        e.update(200, 180, 20);
+        assert!((e.loss() - 0.1).abs() < 1e-9, "{}", e.loss());
+        e.seed(0.0, 1.0);
+        assert!((e.loss() - 0.1).abs() < 1e-9, "{}", e.loss());
     }
 
     #[test]

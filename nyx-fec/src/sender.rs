@@ -441,6 +441,24 @@ impl Sender {
         self.estimator.loss()
     }
 
+    /// The path's loss rate and mean loss run as this stream measured them, once its
+    /// receiver reported enough to count (100 packets); `None` while that is only the
+    /// prior. What a later stream on the same path starts from ([`Self::seed_loss`]).
+    pub fn measured_loss(&self) -> Option<(f64, f64)> {
+        self.estimator
+            .has_data()
+            .then(|| (self.estimator.loss(), self.estimator.burst()))
+    }
+
+    /// Plan the first blocks for `loss` (with runs of `burst` losses) instead of the
+    /// cautious 5% prior, before any feedback: what an earlier stream on the same path
+    /// measured ([`Self::measured_loss`]). The first feedback takes over as it does from
+    /// the prior. Under Shadow (300 ms round trips) a new stream's first round trip of
+    /// blocks carried up-front repair for the prior's 5% on a loss-free path.
+    pub fn seed_loss(&mut self, loss: f64, burst: f64) {
+        self.estimator.seed(loss, burst);
+    }
+
     /// The controller's current trim on the loss rate (1 = the model as is).
     pub fn redundancy_trim(&self) -> f64 {
         self.controller.trim()

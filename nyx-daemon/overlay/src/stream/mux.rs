@@ -159,6 +159,9 @@ pub struct StreamMux {
     /// The largest receive window a stream of this circuit grew to: where the next one
     /// starts (the streams of a circuit share its path).
     learned_window: u64,
+    /// The loss rate and mean loss run a stream of this circuit measured last: where the
+    /// next one's FEC starts.
+    learned_loss: Option<(f64, f64)>,
 }
 
 impl StreamMux {
@@ -196,6 +199,7 @@ impl StreamMux {
             done_fec: (0, 0, 0),
             scratch: Vec::new(),
             learned_window,
+            learned_loss: None,
         })
     }
 
@@ -229,7 +233,8 @@ impl StreamMux {
         }
         let id = StreamId(self.next_id);
         self.next_id += 1;
-        let stream = Stream::new(&self.config.fec, self.windows(), now)?;
+        let mut stream = Stream::new(&self.config.fec, self.windows(), now)?;
+        self.seed_loss(&mut stream);
         self.streams.insert(id, stream);
         self.controls.push_back(Control::Open {
             stream: id,
@@ -300,6 +305,16 @@ impl StreamMux {
     /// again.
     fn windows(&self) -> (u64, u64) {
         (self.learned_window, self.config.max_stream_window)
+    }
+
+    /// A new stream's FEC plans for the loss an earlier stream of the circuit measured, not
+    /// for the cautious prior: at a 300 ms round trip a stream's first round trip of blocks
+    /// leaves before any report, and every download on a loss-free circuit sent the
+    /// prior's repair with them.
+    fn seed_loss(&self, stream: &mut Stream) {
+        if let Some((loss, burst)) = self.learned_loss {
+            stream.tx.seed_loss(loss, burst);
+        }
     }
 
     /// Copy readable bytes into `buf`.
@@ -514,6 +529,10 @@ impl StreamMux {
                 s.tx.set_rtt(rtt);
                 if s.reset.is_none() && s.tx.handle_feedback(feedback, now).is_err() {
                     self.protocol_reset(stream);
+                    return;
+                }
+                if let Some(measured) = s.tx.measured_loss() {
+                    self.learned_loss = Some(measured);
                 }
             }
             Frame::Control(c) => self.apply_control(c, now),
@@ -537,9 +556,10 @@ impl StreamMux {
                     self.stats.streams_reset += 1;
                     return;
                 }
-                let Ok(s) = Stream::new(&self.config.fec, self.windows(), now) else {
+                let Ok(mut s) = Stream::new(&self.config.fec, self.windows(), now) else {
                     return;
                 };
+                self.seed_loss(&mut s);
                 self.streams.insert(stream, s);
                 self.events
                     .push_back(StreamEvent::Incoming { stream, target });
