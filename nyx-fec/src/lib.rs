@@ -9,8 +9,10 @@
 //!   symbols plus repair symbols chosen by the redundancy controller, answers the receiver's
 //!   requests with *fresh* repair symbols (RaptorQ is rateless: ids continue, nothing is
 //!   resent), and probes when feedback stops, so no block is lost for good.
-//! * [`Receiver`] decodes each block as soon as enough symbols arrived, in any order, with
-//!   duplicates and late symbols ignored, delivers blocks in order, holds at most
+//! * [`Receiver`] stores source symbols in place and delivers the stream's bytes in order as
+//!   soon as every byte before them arrived (no decoding on a loss-free path), decodes a
+//!   block that lost a source symbol once enough symbols arrived, in any order, with
+//!   duplicates and late symbols ignored, holds at most
 //!   `max_blocks_in_flight` blocks, and reports loss counters and missing symbols.
 //! * [`controller`]: the loss estimator and the redundancy law (docs/fec.md).
 //! * [`packet`]: the wire formats of symbol packets and feedback.

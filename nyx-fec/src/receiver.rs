@@ -1,15 +1,18 @@
-//! The receiving side of a stream: collects symbols, decodes blocks as soon as it can,
-//! delivers them in order, and reports loss and missing symbols.
+//! The receiving side of a stream: collects symbols, delivers the stream's bytes in order as
+//! soon as every earlier byte arrived, decodes a block that lost a source symbol as soon as
+//! it can, and reports loss and missing symbols.
 
 use std::collections::VecDeque;
 
 use nyx_core::Timestamp;
-use raptorq::{EncodingPacket, PayloadId, SourceBlockDecoder};
 
 use crate::controller::DECODE_MARGIN;
 use crate::packet::{Feedback, MAX_REQUESTS, NEEDED_ALL, Request, SymbolHeader};
-use crate::sender::block_config;
 use crate::{Error, FecConfig};
+
+mod block;
+
+use block::{Block, Taken};
 
 /// Sequence numbers remembered for duplicate detection.
 const SEQ_WINDOW: u32 = 4096;
@@ -19,18 +22,11 @@ pub const SETTLE_LAG: u32 = 256;
 
 enum Slot {
     /// Known to exist (a later block arrived, at `since`) but nothing of it yet.
-    Empty {
-        since: Timestamp,
-    },
-    Decoding {
-        decoder: Box<SourceBlockDecoder>,
-        k: u16,
-        /// Stream bytes in the block (from K and the tail).
-        len: usize,
-        received: u32,
-        last_at: Timestamp,
-    },
-    Decoded,
+    Empty { since: Timestamp },
+    /// Symbols arriving; the first slot's leading bytes may already be read.
+    Collecting(Box<Block>),
+    /// Every byte of the block, waiting for an earlier block to complete.
+    Complete(Vec<u8>),
 }
 
 /// Counters of what a receiver saw.
@@ -42,8 +38,10 @@ pub struct ReceiverStats {
     pub duplicates: u64,
     /// Packets for blocks already delivered.
     pub late: u64,
-    /// Blocks decoded.
+    /// Blocks complete: every source symbol arrived, or decoded.
     pub blocks: u64,
+    /// Blocks that needed RaptorQ decoding (a source symbol was missing).
+    pub decoded: u64,
     /// Stream bytes delivered to the reader.
     pub bytes: u64,
 }
@@ -51,17 +49,17 @@ pub struct ReceiverStats {
 /// The receiving side of one stream direction. Sans-IO, like [`crate::Sender`].
 pub struct Receiver {
     config: FecConfig,
+    /// The first block not yet complete: `slots[0]`.
     next: u32,
     slots: VecDeque<Slot>,
-    /// Decoded blocks waiting for an earlier one, by offset from `next`.
-    decoded: VecDeque<Option<Vec<u8>>>,
-    /// Delivered blocks not yet read, and how far the first one has been read.
+    /// Complete blocks before `next` not yet read, and how far the first one has been read.
     ready: VecDeque<Vec<u8>>,
     ready_offset: usize,
     ready_len: usize,
-    /// Bytes held for blocks not yet delivered: symbols of blocks still decoding, and
-    /// decoded blocks waiting for an earlier one.
-    held: usize,
+    /// Bytes of `slots[0]`'s readable lead already read (only while `ready` is empty).
+    lead_read: usize,
+    /// Bytes the slots hold (symbols of blocks collecting, complete blocks waiting).
+    stored: usize,
     highest_seq: Option<u32>,
     seen: Vec<u64>,
     /// Sequence numbers below this are settled: counted as received or lost for good.
@@ -82,11 +80,11 @@ impl Receiver {
             config,
             next: 0,
             slots: VecDeque::new(),
-            decoded: VecDeque::new(),
             ready: VecDeque::new(),
             ready_offset: 0,
             ready_len: 0,
-            held: 0,
+            lead_read: 0,
+            stored: 0,
             highest_seq: None,
             seen: vec![0; (SEQ_WINDOW / 64) as usize],
             settled: 0,
@@ -119,11 +117,11 @@ impl Receiver {
             });
         }
         let symbol_size = self.config.symbol_size;
-        if let Some(Slot::Decoding { k, len, .. }) = h
+        if let Some(Slot::Collecting(b)) = h
             .block
             .checked_sub(self.next)
             .and_then(|i| self.slots.get(i as usize))
-            && (*k, *len) != (h.symbols, h.block_len(symbol_size))
+            && (b.k, b.len) != (h.symbols, h.block_len(symbol_size))
         {
             return Err(Error::BlockMismatch { block: h.block });
         }
@@ -137,64 +135,61 @@ impl Receiver {
         let idx = idx as usize;
         while self.slots.len() <= idx {
             self.slots.push_back(Slot::Empty { since: now });
-            self.decoded.push_back(None);
         }
         let slot = &mut self.slots[idx];
         if let Slot::Empty { .. } = slot {
-            let config = block_config(h.symbols, self.config.symbol_size);
-            let len = u64::from(h.symbols) * u64::from(self.config.symbol_size);
-            *slot = Slot::Decoding {
-                decoder: Box::new(SourceBlockDecoder::new(0, &config, len)),
-                k: h.symbols,
-                len: h.block_len(self.config.symbol_size),
-                received: 0,
-                last_at: now,
-            };
+            let len = h.block_len(symbol_size);
+            *slot = Slot::Collecting(Box::new(Block::new(h.symbols, len, symbol_size, now)));
         }
-        let Slot::Decoding {
-            decoder,
-            k,
-            len,
-            received,
-            last_at,
-        } = slot
-        else {
-            return Ok(()); // already decoded: a late repair symbol
+        let Slot::Collecting(block) = slot else {
+            return Ok(()); // already complete: a late repair symbol
         };
         // Memory bound per block: a sane sender never needs twice K symbols.
-        if *received > 2 * u32::from(*k) + 32 {
+        if block.received > 2 * u32::from(block.k) + 32 {
             return Ok(());
         }
-        *received += 1;
-        *last_at = now;
-        let t = usize::from(symbol_size);
-        self.held += t;
-        let packet = EncodingPacket::new(PayloadId::new(0, h.esi), symbol.to_vec());
-        if let Some(mut data) = decoder.decode(std::iter::once(packet)) {
-            data.truncate(*len);
-            self.held = self.held - *received as usize * t + data.len();
-            self.slots[idx] = Slot::Decoded;
-            self.decoded[idx] = Some(data);
+        let before = block.stored();
+        if block.take(h.esi, symbol, now) == Taken::Complete {
             self.stats.blocks += 1;
+            self.stats.decoded += u64::from(block.decoded);
+            let data = std::mem::take(&mut block.data);
+            self.stored = self.stored - before + data.len();
+            self.slots[idx] = Slot::Complete(data);
             self.deliver();
+        } else {
+            self.stored = self.stored - before + block.stored();
         }
         Ok(())
     }
 
-    /// Move in-order decoded blocks to the readable buffer.
+    /// Move the complete blocks at the front to the readable buffer.
     fn deliver(&mut self) {
-        while let Some(Slot::Decoded) = self.slots.front() {
-            self.slots.pop_front();
-            if let Some(Some(data)) = self.decoded.pop_front() {
-                self.held -= data.len();
-                self.ready_len += data.len();
+        while let Some(Slot::Complete(_)) = self.slots.front() {
+            if let Some(Slot::Complete(data)) = self.slots.pop_front() {
+                self.stored -= data.len();
+                // Bytes of its lead already read: only while `ready` is empty.
+                let read = std::mem::take(&mut self.lead_read);
+                if read > 0 {
+                    self.ready_offset = read;
+                }
+                self.ready_len += data.len() - read;
                 self.ready.push_back(data);
             }
             self.next += 1;
         }
     }
 
-    /// Copy delivered stream bytes into `buf`; returns how many (0 when none are ready).
+    /// The first slot's readable lead, and how much of it is unread.
+    fn lead(&self) -> Option<(&Block, usize)> {
+        match self.slots.front() {
+            Some(Slot::Collecting(b)) => Some((b, b.readable_len() - self.lead_read)),
+            _ => None,
+        }
+    }
+
+    /// Copy stream bytes into `buf`, in order; returns how many (0 when none are ready).
+    /// Bytes of a block are readable as soon as every byte before them arrived, without
+    /// waiting for the rest of the block.
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
         let mut n = 0;
         while n < buf.len() {
@@ -211,21 +206,32 @@ impl Receiver {
             }
         }
         self.ready_len -= n;
+        if self.ready.is_empty()
+            && let Some((block, unread)) = self.lead()
+        {
+            let take = unread.min(buf.len() - n);
+            let from = self.lead_read;
+            buf[n..n + take].copy_from_slice(&block.data[from..from + take]);
+            n += take;
+            self.lead_read += take;
+        }
         self.stats.bytes += n as u64;
         n
     }
 
-    /// Bytes held for blocks not yet delivered: the symbols of blocks still decoding (at
-    /// most 2K + 32 each) and decoded blocks waiting for an earlier one. A sender within
-    /// its flow-control window keeps this under about twice what it may still send; the
-    /// caller enforces that bound (nyx-fec does not know the window).
+    /// Bytes held for blocks not yet readable: the symbols of blocks still collecting (at
+    /// most 2K + 32 each, and the gaps between the source symbols that arrived) and complete
+    /// blocks waiting for an earlier one. A sender within its flow-control window keeps this
+    /// under about twice what it may still send; the caller enforces that bound (nyx-fec
+    /// does not know the window).
     pub fn held_bytes(&self) -> usize {
-        self.held
+        let lead = self.lead().map_or(0, |(b, _)| b.readable_len());
+        self.stored - lead
     }
 
     /// Bytes ready to read.
     pub fn readable(&self) -> usize {
-        self.ready_len
+        self.ready_len + self.lead().map_or(0, |(_, unread)| unread)
     }
 
     /// A feedback message for the sender, written into `out`, if one is due at `now`: every
@@ -260,21 +266,16 @@ impl Receiver {
             let needed = match slot {
                 Slot::Empty { since } if quiet(since) => NEEDED_ALL,
                 Slot::Empty { .. } => continue,
-                Slot::Decoding {
-                    k,
-                    received,
-                    last_at,
-                    ..
-                } => {
-                    if !quiet(last_at) {
+                Slot::Collecting(b) => {
+                    if !quiet(&b.last_at) {
                         continue;
                     }
-                    let want = u32::from(*k) + DECODE_MARGIN;
-                    want.saturating_sub(*received)
+                    let want = u32::from(b.k) + DECODE_MARGIN;
+                    want.saturating_sub(b.received)
                         .max(1)
                         .min(u32::from(NEEDED_ALL - 1)) as u16
                 }
-                Slot::Decoded => continue,
+                Slot::Complete(_) => continue,
             };
             requests.push(Request { block, needed });
         }
@@ -289,7 +290,7 @@ impl Receiver {
 
     /// When feedback is next due, if there is anything to report.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let pending = self.slots.iter().any(|s| !matches!(s, Slot::Decoded));
+        let pending = self.slots.iter().any(|s| !matches!(s, Slot::Complete(_)));
         if !self.dirty && !pending {
             return None;
         }

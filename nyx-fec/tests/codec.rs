@@ -204,8 +204,9 @@ fn a_block_larger_than_the_receiver_accepts_is_refused() {
     assert_eq!(rx.stats().packets, 0, "nothing of it was taken");
 }
 
-/// What a receiver holds for undelivered blocks is counted: symbols while a block decodes,
-/// its bytes while it waits for an earlier block, nothing once delivered.
+/// What a receiver holds for bytes not yet readable is counted: symbols past a gap (and
+/// the gap), a complete block while it waits for an earlier one; a block's leading bytes
+/// are readable at once and nothing once read.
 #[test]
 fn held_bytes_count_what_waits_for_delivery() {
     let cfg = config();
@@ -214,33 +215,81 @@ fn held_bytes_count_what_waits_for_delivery() {
     let data: Vec<u8> = (0..2 * 16 * 64 - 10).map(|i| (i * 3) as u8).collect();
     tx.write(&data, T0).unwrap();
     tx.flush(T0).unwrap();
-    // The source symbols of block 0 and block 1 (up-front repair left out).
+    let (first, second) = source_symbols(&mut tx);
+    // Block 0's first symbol is readable at once; its third waits for the second, and the
+    // gap between them is held too.
+    rx.handle_packet(&first[0], T0).unwrap();
+    assert_eq!((rx.readable(), rx.held_bytes()), (64, 0));
+    rx.handle_packet(&first[2], T0).unwrap();
+    assert_eq!((rx.readable(), rx.held_bytes()), (64, 2 * 64));
+    for p in &second[..3] {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    assert_eq!(rx.held_bytes(), 5 * 64);
+    for p in &second[3..] {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    // Block 1 complete (16 * 64 - 10 bytes) waits for block 0.
+    assert_eq!(rx.readable(), 64);
+    assert_eq!(rx.held_bytes(), 2 * 64 + 16 * 64 - 10);
+    rx.handle_packet(&first[1], T0).unwrap();
+    assert_eq!((rx.readable(), rx.held_bytes()), (3 * 64, 16 * 64 - 10));
+    for p in &first[3..] {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    assert_eq!(rx.held_bytes(), 0);
+    assert_eq!(read_all(&mut rx), data);
+}
+
+/// The source symbols of blocks 0 and 1, in order (up-front repair left out).
+fn source_symbols(tx: &mut Sender) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let (mut first, mut second) = (Vec::new(), Vec::new());
-    for p in drain(&mut tx, T0) {
+    for p in drain(tx, T0) {
         let (h, _) = SymbolHeader::parse(&p, 64).unwrap();
         if h.esi < u32::from(h.symbols) {
             [&mut first, &mut second][h.block as usize].push(p);
         }
     }
     assert_eq!((first.len(), second.len()), (16, 16));
-    // Hold block 0 back but one symbol.
-    rx.handle_packet(&first[0], T0).unwrap();
-    assert_eq!(rx.held_bytes(), 64);
-    for p in &second[..3] {
+    (first, second)
+}
+
+/// A reader gets a block's bytes up to its first missing symbol without waiting for the
+/// block, and the rest, in order, once repair decodes it; nothing is read twice.
+#[test]
+fn a_blocks_lead_is_readable_before_the_block_is_complete() {
+    let cfg = config();
+    let mut tx = Sender::new(cfg.clone(), T0).unwrap();
+    let mut rx = Receiver::new(cfg.clone()).unwrap();
+    let data: Vec<u8> = (0..2 * 16 * 64 - 10).map(|i| (i * 7 + 1) as u8).collect();
+    tx.write(&data, T0).unwrap();
+    tx.flush(T0).unwrap();
+    let mut packets = drain(&mut tx, T0);
+    // Symbol 5 of block 0 is lost.
+    packets.retain(|p| {
+        let (h, _) = SymbolHeader::parse(p, 64).unwrap();
+        (h.block, h.esi) != (0, 5)
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 100];
+    for p in &packets {
+        let (h, _) = SymbolHeader::parse(p, 64).unwrap();
         rx.handle_packet(p, T0).unwrap();
+        if (h.block, h.esi) == (0, 3) {
+            // Four symbols in: all four readable, a part of them read now.
+            assert_eq!(rx.readable(), 4 * 64);
+            let n = rx.read(&mut buf);
+            got.extend_from_slice(&buf[..n]);
+        }
+        if (h.block, h.esi) == (0, 15) {
+            // The rest of the lead, up to the missing symbol.
+            assert_eq!(rx.readable(), 5 * 64 - got.len());
+        }
     }
-    assert_eq!(rx.held_bytes(), 4 * 64);
-    for p in &second[3..] {
-        rx.handle_packet(p, T0).unwrap();
-    }
-    // Block 1 decoded (16 * 64 - 10 bytes) and waits for block 0.
-    assert_eq!(rx.readable(), 0);
-    assert_eq!(rx.held_bytes(), 64 + 16 * 64 - 10);
-    for p in &first[1..] {
-        rx.handle_packet(p, T0).unwrap();
-    }
-    assert_eq!(rx.held_bytes(), 0);
-    assert_eq!(read_all(&mut rx), data);
+    got.extend(read_all(&mut rx));
+    assert_eq!(got, data);
+    assert_eq!(rx.stats().decoded, 1, "only block 0 needed RaptorQ");
+    assert_eq!(rx.stats().blocks, 2);
 }
 
 /// Drop every packet the filter rejects, run the feedback loop until delivery; returns

@@ -1094,6 +1094,40 @@ fn run_download(sim: &mut Sim, total: u64) -> f64 {
     total as f64 / secs / 1e6
 }
 
+/// A bulk stream's bytes reach the reader as they arrive, not a block at a time: the
+/// receiver holds back only what follows a missing symbol. On a loss-free 300 ms path the
+/// exit's blocks grow to hundreds of symbols; while a block's bytes were readable only once
+/// it was complete, the reader got them in steps of up to a block (2 MiB here) and each
+/// byte waited for the rest of its block.
+#[test]
+fn a_bulk_streams_bytes_are_readable_as_they_arrive() {
+    let mut sim = Sim::new(1, far_path(), far_path(), StreamConfig::default());
+    let total = 8 * 1024 * 1024;
+    let id = sim.client(0).open("127.0.0.1:9", Timestamp::ZERO).unwrap();
+    let (mut client, mut exit) = (App::default(), App::default());
+    let mut exit_ids = Vec::new();
+    let mut largest_step = 0;
+    let end = Timestamp::ZERO.saturating_add(Duration::from_secs(60));
+    let got = |app: &App| app.received.get(&id).copied().unwrap_or(0);
+    while got(&client) < total {
+        let now = sim.now;
+        while let Some(ev) = sim.exit(0).poll_event() {
+            if let StreamEvent::Incoming { stream, .. } = ev {
+                sim.exit(0).accept(stream).unwrap();
+                exit_ids.push(stream);
+            }
+        }
+        while sim.client(0).poll_event().is_some() {}
+        exit.pump_writes(sim.exit(0), &exit_ids, total, now);
+        let before = got(&client);
+        client.pump_reads(sim.client(0), &[id]);
+        largest_step = largest_step.max(got(&client) - before);
+        assert!(sim.step(), "stalled with nothing scheduled");
+        assert!(sim.now < end, "not done: {:?}", sim.exit(0).stats());
+    }
+    assert!(largest_step <= 64 * 1024, "{largest_step} bytes at once");
+}
+
 /// On a long path the receiver's ACKs are counted out by packets (`ack_every`), not by the
 /// 2 ms delay floor. Every ACK is a whole cell on the links the data crosses the other way:
 /// under Shadow at 50 ms links the client acknowledged every 2 ms, every 20 packets, and
@@ -1189,7 +1223,8 @@ fn a_bulk_download_costs_one_ack_cell_per_32_data_cells() {
 /// block sees many runs instead of a few, its losses vary less, and it needs less up-front
 /// repair (testnet at 2% and 5%: 1.1-1.4 times the goodput, docs/benchmarks.md). With an
 /// ACK every 32 packets the model gives 1.13 for the default (the testnet's exit at 2%
-/// per link: 1.10) and 1.28 for 256-symbol blocks.
+/// per link: 1.10) and 1.23 for 256-symbol blocks (1.25 while a block's bytes were read only
+/// once it was complete).
 #[test]
 fn whole_lost_batches_cost_overhead_not_the_stream() {
     let path = |loss: f64| LinkModel {
@@ -1213,7 +1248,7 @@ fn whole_lost_batches_cost_overhead_not_the_stream() {
     assert!(s.lost > 0);
     assert!(s.fec_overhead() < 1.2, "overhead {:.3}", s.fec_overhead());
     assert!(
-        small_s.fec_overhead() > s.fec_overhead() + 0.1,
+        small_s.fec_overhead() > s.fec_overhead() + 0.08,
         "256-symbol blocks: overhead {:.3} against {:.3}",
         small_s.fec_overhead(),
         s.fec_overhead()

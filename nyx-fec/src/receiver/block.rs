@@ -1,0 +1,174 @@
+//! One block being collected: its source symbols in place, so that the stream bytes before
+//! the first missing one can be read at once, and the repair symbols kept aside until they
+//! are needed to decode.
+
+use nyx_core::Timestamp;
+use raptorq::{EncodingPacket, PayloadId, SourceBlockDecoder};
+
+use crate::sender::block_config;
+
+/// What a symbol did to its block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Taken {
+    /// Held (or a duplicate, ignored); the block is not complete yet.
+    Held,
+    /// The block is complete: every stream byte of it is in [`Block::data`].
+    Complete,
+}
+
+/// A block of `k` source symbols of `t` bytes that carries `len` stream bytes.
+///
+/// Source symbol `i` is stored at `data[i * t..]` as it arrives, so on a path that loses
+/// nothing no decoder ever runs and nothing is copied but the symbol itself; `prefix` counts
+/// the source symbols present from the first on, whose bytes are readable before the rest
+/// of the block arrives. Only when a source symbol is missing and enough symbols are there
+/// does RaptorQ decode, from the source symbols held and the repair symbols kept aside.
+pub(super) struct Block {
+    pub(super) k: u16,
+    pub(super) len: usize,
+    t: usize,
+    /// Source symbols in place, up to the highest one seen (a gap below it zero-filled);
+    /// after a decode, the whole block.
+    pub(super) data: Vec<u8>,
+    /// Bit `i`: source symbol `i` is in `data`.
+    have: Vec<u64>,
+    sources: u32,
+    /// Source symbols `0..prefix` are all in `data`.
+    prefix: u32,
+    /// Repair symbols (ESI and bytes) not yet handed to a decoder.
+    repair: Vec<(u32, Vec<u8>)>,
+    /// Repair symbols received: `repair.len()` plus those a decoder took.
+    repairs: u32,
+    /// A decode that did not succeed yet keeps its state here, and takes every later symbol.
+    decoder: Option<Box<SourceBlockDecoder>>,
+    /// It took RaptorQ decoding to complete (a source symbol never arrived).
+    pub(super) decoded: bool,
+    /// Symbol packets received for the block (duplicates included).
+    pub(super) received: u32,
+    pub(super) last_at: Timestamp,
+}
+
+impl Block {
+    pub(super) fn new(k: u16, len: usize, t: u16, now: Timestamp) -> Self {
+        let t = usize::from(t);
+        Block {
+            k,
+            len,
+            t,
+            // Reserved, not touched: pages are written as symbols arrive.
+            data: Vec::with_capacity(usize::from(k) * t),
+            have: vec![0; usize::from(k).div_ceil(64)],
+            sources: 0,
+            prefix: 0,
+            repair: Vec::new(),
+            repairs: 0,
+            decoder: None,
+            decoded: false,
+            received: 0,
+            last_at: now,
+        }
+    }
+
+    /// Stream bytes of the block that can be read now: those of the leading source symbols.
+    pub(super) fn readable_len(&self) -> usize {
+        (self.prefix as usize * self.t).min(self.len)
+    }
+
+    /// Bytes the block holds: source symbols in place (and the gaps between them) and
+    /// repair symbols. A decoder that failed keeps copies of the symbols it took too; that is
+    /// at most the block again, and happens for about one block in a hundred.
+    pub(super) fn stored(&self) -> usize {
+        self.data.len() + self.repairs as usize * self.t
+    }
+
+    /// Take symbol `esi` (exactly `t` bytes).
+    pub(super) fn take(&mut self, esi: u32, symbol: &[u8], now: Timestamp) -> Taken {
+        self.received += 1;
+        self.last_at = now;
+        let k = u32::from(self.k);
+        if esi < k {
+            let i = esi as usize;
+            let (word, bit) = (i / 64, 1u64 << (i % 64));
+            if self.have[word] & bit != 0 {
+                return Taken::Held;
+            }
+            self.have[word] |= bit;
+            self.sources += 1;
+            let at = i * self.t;
+            if at >= self.data.len() {
+                // In order, or past a gap (which is zero-filled).
+                self.data.resize(at, 0);
+                self.data.extend_from_slice(symbol);
+            } else {
+                self.data[at..at + self.t].copy_from_slice(symbol);
+            }
+            while self.prefix < k && has(&self.have, self.prefix) {
+                self.prefix += 1;
+            }
+            if self.sources == k {
+                self.data.truncate(self.len);
+                self.decoder = None;
+                self.repair = Vec::new();
+                return Taken::Complete;
+            }
+        } else if self.repair.iter().any(|(e, _)| *e == esi) {
+            return Taken::Held;
+        } else {
+            self.repairs += 1;
+            if self.decoder.is_none() {
+                self.repair.push((esi, symbol.to_vec()));
+            }
+        }
+        self.try_decode(esi, symbol)
+    }
+
+    /// Decode once source and repair symbols together reach K; a decoder that needs more
+    /// takes every later symbol (`esi`, `symbol`: the one just taken).
+    fn try_decode(&mut self, esi: u32, symbol: &[u8]) -> Taken {
+        let decoded = if let Some(decoder) = self.decoder.as_mut() {
+            // It has every earlier symbol.
+            decoder.decode(std::iter::once(packet(esi, symbol.to_vec())))
+        } else if self.sources + self.repairs >= u32::from(self.k) {
+            let config = block_config(self.k, self.t as u16);
+            let mut decoder = Box::new(SourceBlockDecoder::new(
+                0,
+                &config,
+                u64::from(self.k) * self.t as u64,
+            ));
+            let (t, data, have) = (self.t, &self.data, &self.have);
+            let sources = (0..u32::from(self.k))
+                .filter(|&i| has(have, i))
+                .map(|i| packet(i, data[i as usize * t..(i as usize + 1) * t].to_vec()));
+            let repairs = std::mem::take(&mut self.repair)
+                .into_iter()
+                .map(|(e, s)| packet(e, s));
+            let decoded = decoder.decode(sources.chain(repairs));
+            if decoded.is_none() {
+                self.decoder = Some(decoder);
+            }
+            decoded
+        } else {
+            None
+        };
+        match decoded {
+            Some(mut data) => {
+                data.truncate(self.len);
+                self.data = data;
+                self.prefix = u32::from(self.k);
+                self.decoder = None;
+                self.decoded = true;
+                Taken::Complete
+            }
+            None => Taken::Held,
+        }
+    }
+}
+
+/// Whether bit `i` of `have` is set.
+fn has(have: &[u64], i: u32) -> bool {
+    have[i as usize / 64] & (1 << (i % 64)) != 0
+}
+
+fn packet(esi: u32, symbol: Vec<u8>) -> EncodingPacket {
+    EncodingPacket::new(PayloadId::new(0, esi), symbol)
+}
