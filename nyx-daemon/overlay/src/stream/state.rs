@@ -168,9 +168,9 @@ pub struct StreamSnapshot {
     pub unflushed: usize,
     /// Bytes handed to the reader.
     pub consumed: u64,
-    /// Decoded bytes waiting for the reader.
+    /// Bytes the reader can have now.
     pub readable: usize,
-    /// FEC blocks decoded so far.
+    /// FEC blocks complete so far (every source symbol arrived, or decoded).
     pub blocks_decoded: u64,
     /// The limit this end advertised.
     pub advertised: u64,
