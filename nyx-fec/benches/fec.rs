@@ -121,6 +121,25 @@ fn codec(c: &mut Criterion) {
             })
         });
 
+        // Receiving on a loss-free path: every packet in order (the source symbols and the
+        // up-front repair), read as it comes.
+        g.bench_function(BenchmarkId::new("receive_clean", name), |b| {
+            let mut out = vec![0u8; 64 * 1024];
+            b.iter_batched(
+                || Receiver::new(config()).expect("config"),
+                |mut rx| {
+                    let mut got = 0;
+                    for p in &packets {
+                        rx.handle_packet(p, Timestamp::ZERO).expect("packet");
+                        got += rx.read(&mut out);
+                    }
+                    assert_eq!(got, len);
+                    black_box(got)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+
         // Decoding: lose the first `repair` source symbols of every block, so each block needs
         // its repair symbols and a real RaptorQ decode.
         let kept: Vec<Vec<u8>> = packets
