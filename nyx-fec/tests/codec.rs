@@ -209,12 +209,7 @@ fn a_block_larger_than_the_receiver_accepts_is_refused() {
 /// are readable at once and nothing once read.
 #[test]
 fn held_bytes_count_what_waits_for_delivery() {
-    let cfg = config();
-    let mut tx = Sender::new(cfg.clone(), T0).unwrap();
-    let mut rx = Receiver::new(cfg.clone()).unwrap();
-    let data: Vec<u8> = (0..2 * 16 * 64 - 10).map(|i| (i * 3) as u8).collect();
-    tx.write(&data, T0).unwrap();
-    tx.flush(T0).unwrap();
+    let (mut tx, mut rx, data) = two_blocks(|i| (i * 3) as u8);
     let (first, second) = source_symbols(&mut tx);
     // Block 0's first symbol is readable at once; its third waits for the second, and the
     // gap between them is held too.
@@ -241,6 +236,17 @@ fn held_bytes_count_what_waits_for_delivery() {
     assert_eq!(read_all(&mut rx), data);
 }
 
+/// A sender that wrote (and flushed) two blocks of `byte(i)` less 10 bytes, a receiver, and
+/// the data.
+fn two_blocks(byte: impl Fn(usize) -> u8) -> (Sender, Receiver, Vec<u8>) {
+    let mut tx = Sender::new(config(), T0).unwrap();
+    let rx = Receiver::new(config()).unwrap();
+    let data: Vec<u8> = (0..2 * 16 * 64 - 10).map(byte).collect();
+    tx.write(&data, T0).unwrap();
+    tx.flush(T0).unwrap();
+    (tx, rx, data)
+}
+
 /// The source symbols of blocks 0 and 1, in order (up-front repair left out).
 fn source_symbols(tx: &mut Sender) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let (mut first, mut second) = (Vec::new(), Vec::new());
@@ -258,12 +264,7 @@ fn source_symbols(tx: &mut Sender) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 /// block, and the rest, in order, once repair decodes it; nothing is read twice.
 #[test]
 fn a_blocks_lead_is_readable_before_the_block_is_complete() {
-    let cfg = config();
-    let mut tx = Sender::new(cfg.clone(), T0).unwrap();
-    let mut rx = Receiver::new(cfg.clone()).unwrap();
-    let data: Vec<u8> = (0..2 * 16 * 64 - 10).map(|i| (i * 7 + 1) as u8).collect();
-    tx.write(&data, T0).unwrap();
-    tx.flush(T0).unwrap();
+    let (mut tx, mut rx, data) = two_blocks(|i| (i * 7 + 1) as u8);
     let mut packets = drain(&mut tx, T0);
     // Symbol 5 of block 0 is lost.
     packets.retain(|p| {
@@ -290,6 +291,42 @@ fn a_blocks_lead_is_readable_before_the_block_is_complete() {
     assert_eq!(got, data);
     assert_eq!(rx.stats().decoded, 1, "only block 0 needed RaptorQ");
     assert_eq!(rx.stats().blocks, 2);
+}
+
+/// A repair symbol that arrives twice counts once: the block waits for K distinct symbols,
+/// then decodes.
+#[test]
+fn a_repeated_repair_symbol_does_not_stand_in_for_a_missing_one() {
+    let (mut tx, mut rx, data) = two_blocks(|i| (i * 11 + 2) as u8);
+    let (first, second) = source_symbols(&mut tx);
+    // Block 0 loses symbols 5 and 6; block 1 arrives whole.
+    for (i, p) in first.iter().enumerate() {
+        if i != 5 && i != 6 {
+            rx.handle_packet(p, T0).unwrap();
+        }
+    }
+    for p in &second {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    // The sender answers the report with fresh repair for block 0.
+    let later = ms(1000);
+    let fb = feedback(&mut rx, later).expect("a report");
+    tx.handle_feedback(&fb, later).unwrap();
+    let repair: Vec<Vec<u8>> = drain(&mut tx, later)
+        .into_iter()
+        .filter(|p| SymbolHeader::parse(p, 64).unwrap().0.block == 0)
+        .collect();
+    assert!(repair.len() >= 2, "{} repair symbols", repair.len());
+    rx.handle_packet(&repair[0], later).unwrap();
+    rx.handle_packet(&repair[0], later).unwrap();
+    assert_eq!(
+        rx.readable(),
+        5 * 64,
+        "15 distinct symbols: block 0 cannot decode"
+    );
+    rx.handle_packet(&repair[1], later).unwrap();
+    assert_eq!(read_all(&mut rx), data);
+    assert_eq!(rx.stats().decoded, 1);
 }
 
 /// Drop every packet the filter rejects, run the feedback loop until delivery; returns

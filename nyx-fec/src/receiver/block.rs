@@ -111,9 +111,11 @@ impl Block {
                 self.repair = Vec::new();
                 return Taken::Complete;
             }
-        } else if self.repair.iter().any(|(e, _)| *e == esi) {
-            return Taken::Held;
         } else {
+            // A repeated repair symbol is not looked for (a scan per symbol would cost
+            // K² on a block a peer floods): it counts once more towards starting a decode,
+            // which RaptorQ, keeping one symbol per ESI, answers with `None` until it has K
+            // distinct ones. The memory it takes is within the cap on `received`.
             self.repairs += 1;
             if self.decoder.is_none() {
                 self.repair.push((esi, symbol.to_vec()));
