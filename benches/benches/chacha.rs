@@ -13,7 +13,8 @@ use chacha20poly1305::aead::{AeadInOut, KeyInit};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use nyx_chacha::{Backend, ChaCha20};
 
-const SIZES: [usize; 4] = [64, 1024, 1280, 16384];
+/// 1152 bytes is one onion cell (`nyx_crypto::onion::CELL_LEN`).
+const SIZES: [usize; 5] = [64, 1024, 1152, 1280, 16384];
 const KEY: [u8; 32] = [7; 32];
 const NONCE: [u8; 12] = [1; 12];
 
@@ -73,7 +74,7 @@ fn aead(c: &mut Criterion) {
 
 fn keystream(c: &mut Criterion) {
     let mut g = c.benchmark_group("keystream");
-    for size in [64, 1280] {
+    for size in [64, 1152, 1280] {
         g.throughput(Throughput::Bytes(size as u64));
         let mut buf = vec![0x5au8; size];
         for backend in backends() {

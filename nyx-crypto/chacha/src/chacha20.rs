@@ -11,8 +11,8 @@ use crate::{Error, KEY_LEN, NONCE_LEN};
 pub(crate) const STREAM_END: u64 = (1u64 << 32) * 64;
 
 /// The ChaCha20 keystream of one (key, nonce), positioned at a byte offset. Applying it
-/// XORs keystream into data and moves the position on; the x86-64 kernels compute eight or
-/// sixteen blocks at a time and keep them, so consecutive calls within them cost one
+/// XORs keystream into data and moves the position on; the x86-64 kernels compute four, eight
+/// or sixteen blocks at a time and keep them, so consecutive calls within them cost one
 /// computation. Key material is wiped on drop and never printed.
 ///
 /// ```
@@ -115,8 +115,8 @@ impl fmt::Debug for ChaCha20 {
     }
 }
 
-/// The keystream on the x86-64 kernels: batches of eight or sixteen blocks, the last one
-/// kept.
+/// The keystream on the x86-64 kernels: batches of four, eight or sixteen blocks, the last
+/// one kept.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod simd {
     use zeroize::Zeroizing;
