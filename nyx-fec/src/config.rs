@@ -34,7 +34,10 @@ pub struct FecConfig {
     pub repair_holdoff: Duration,
     /// With blocks unacknowledged and no feedback, the sender sends a probe symbol after this
     /// long (doubling each time, up to 8x), so a block whose every packet was lost is found.
-    /// Default 200 ms.
+    /// Used until the caller tells the sender the round trip ([`Sender::set_rtt`]); from then
+    /// on the probe waits that round trip plus `feedback_interval` instead. Default 200 ms.
+    ///
+    /// [`Sender::set_rtt`]: crate::Sender::set_rtt
     pub probe_timeout: Duration,
     /// The probability that a block needs a second round that the redundancy controller
     /// aims at. Default 0.005 (half of the 1% the design allows, as margin for estimation

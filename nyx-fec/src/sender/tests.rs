@@ -259,3 +259,35 @@ fn a_writer_held_by_the_block_window_fills_one_open_block() {
     assert_eq!((tx.blocks_in_flight(), tx.unflushed()), (2, 0));
     assert!(tx.has_pending_symbols());
 }
+
+#[test]
+fn once_the_round_trip_is_known_the_probe_waits_for_it_and_no_longer() {
+    let t0 = Timestamp::from_millis(100);
+    let after = |tx: &Sender| tx.poll_timeout().map(|t| t.saturating_duration_since(t0));
+    let interval = FecConfig::default().feedback_interval;
+    // Unknown round trip: the fixed default.
+    let tx = two_small_blocks(4, t0);
+    assert_eq!(after(&tx), Some(tx.config.probe_timeout));
+    // A short path: a round trip and the receiver's feedback interval, far sooner.
+    let mut tx = two_small_blocks(4, t0);
+    tx.set_rtt(Duration::from_millis(3));
+    assert_eq!(after(&tx), Some(Duration::from_millis(3) + interval));
+    // A long path: never while a report may still be on its way, though that is later
+    // than the default.
+    let rtt = Duration::from_millis(300);
+    tx.set_rtt(rtt);
+    assert_eq!(after(&tx), Some(rtt + interval));
+    assert!(rtt + interval > tx.config.probe_timeout);
+    // Each probe that finds silence doubles the wait.
+    let due = tx.poll_timeout().unwrap();
+    tx.handle_timeout(due).unwrap();
+    let mut out = [0u8; 64];
+    assert!(
+        tx.poll_transmit(due, &mut out).unwrap().is_some(),
+        "the probe"
+    );
+    assert_eq!(
+        tx.poll_timeout().map(|t| t.saturating_duration_since(due)),
+        Some((rtt + interval) * 2)
+    );
+}

@@ -234,7 +234,7 @@ impl StreamMux {
         let id = StreamId(self.next_id);
         self.next_id += 1;
         let mut stream = Stream::new(&self.config.fec, self.windows(), now)?;
-        self.seed_loss(&mut stream);
+        self.seed(&mut stream);
         self.streams.insert(id, stream);
         self.controls.push_back(Control::Open {
             stream: id,
@@ -310,11 +310,15 @@ impl StreamMux {
     /// A new stream's FEC plans for the loss an earlier stream of the circuit measured, not
     /// for the cautious prior: at a 300 ms round trip a stream's first round trip of blocks
     /// leaves before any report, and every download on a loss-free circuit sent the
-    /// prior's repair with them.
-    fn seed_loss(&self, stream: &mut Stream) {
+    /// prior's repair with them. It also knows the circuit's round trip from the start, so
+    /// that its probe for a response whose every packet was lost comes a round trip after
+    /// it, not after the sender's fixed default (`FecConfig::probe_timeout`); the round
+    /// trip is updated with every new sample (`settle`).
+    fn seed(&self, stream: &mut Stream) {
         if let Some((loss, burst)) = self.learned_loss {
             stream.tx.seed_loss(loss, burst);
         }
+        stream.tx.set_rtt(self.sent.rtt().repair_delay());
     }
 
     /// Copy readable bytes into `buf`.
@@ -521,12 +525,9 @@ impl StreamMux {
                 }
             }
             Frame::Feedback { stream, feedback } => {
-                let rtt = self.sent.rtt().repair_delay();
                 let Some(s) = self.streams.get_mut(&stream) else {
                     return;
                 };
-                // The sender judges the report against the round trip as measured now.
-                s.tx.set_rtt(rtt);
                 if s.reset.is_none() && s.tx.handle_feedback(feedback, now).is_err() {
                     self.protocol_reset(stream);
                     return;
@@ -559,7 +560,7 @@ impl StreamMux {
                 let Ok(mut s) = Stream::new(&self.config.fec, self.windows(), now) else {
                     return;
                 };
-                self.seed_loss(&mut s);
+                self.seed(&mut s);
                 self.streams.insert(stream, s);
                 self.events
                     .push_back(StreamEvent::Incoming { stream, target });
@@ -637,6 +638,14 @@ impl StreamMux {
         self.stats.lost += u64::from(settled.lost);
         self.cc
             .on_settled(settled.acked, settled.lost, settled.rtt, now);
+        if settled.rtt.is_some() {
+            // Every stream's FEC judges reports, and times its probe, by the round trip
+            // as measured now.
+            let rtt = self.sent.rtt().repair_delay();
+            for s in self.streams.values_mut() {
+                s.tx.set_rtt(rtt);
+            }
+        }
         for c in settled.acked_controls {
             if let Control::Done { stream } = c
                 && let Some(s) = self.streams.get_mut(&stream)
