@@ -5,8 +5,9 @@
 //!   `raptorq::SourceBlockEncoder` on the same blocks producing the same symbols, and
 //!   `raw_object`: `raptorq::Encoder::with_defaults` on the whole stream (its own blocking).
 //! * `codec/decode/*`: a `Receiver` taking every block's packets with the first R source
-//!   symbols of each block lost (so every block is really decoded) vs `raw_blocks`:
-//!   `raptorq::SourceBlockDecoder` fed the same symbols.
+//!   symbols of each block lost (so every block is really decoded, from exactly K symbols)
+//!   vs `raw_blocks`: `raptorq::SourceBlockDecoder` fed the same symbols;
+//!   `codec/decode_spare/*`: R/2 lost, so the up-front repair leaves symbols to spare.
 //! * controller benches under the names of the original NyxNet report.
 
 use std::hint::black_box;
@@ -141,28 +142,36 @@ fn codec(c: &mut Criterion) {
         });
 
         // Decoding: lose the first `repair` source symbols of every block, so each block needs
-        // its repair symbols and a real RaptorQ decode.
-        let kept: Vec<Vec<u8>> = packets
-            .iter()
-            .filter(|p| {
-                let (h, _) = SymbolHeader::parse(p, SYMBOL).expect("ours");
-                h.esi >= shape[h.block as usize].2
-            })
-            .cloned()
-            .collect();
-        g.bench_function(BenchmarkId::new("decode", name), |b| {
-            b.iter_batched(
-                || Receiver::new(config()).expect("config"),
-                |mut rx| {
-                    for p in &kept {
-                        rx.handle_packet(p, Timestamp::ZERO).expect("packet");
-                    }
-                    assert_eq!(rx.readable(), len);
-                    black_box(rx.readable())
-                },
-                BatchSize::PerIteration,
-            )
-        });
+        // all its repair symbols and a real RaptorQ decode at exactly K (the last block once
+        // the receiver's timer says no more symbols come). `decode_spare` loses half as many,
+        // the usual first round, where the up-front repair leaves symbols to spare.
+        let lose = |share: u32| -> Vec<Vec<u8>> {
+            packets
+                .iter()
+                .filter(|p| {
+                    let (h, _) = SymbolHeader::parse(p, SYMBOL).expect("ours");
+                    h.esi >= shape[h.block as usize].2 / share
+                })
+                .cloned()
+                .collect()
+        };
+        let kept = lose(1);
+        for (bench, kept) in [("decode", kept.clone()), ("decode_spare", lose(2))] {
+            g.bench_function(BenchmarkId::new(bench, name), |b| {
+                b.iter_batched(
+                    || Receiver::new(config()).expect("config"),
+                    |mut rx| {
+                        for p in &kept {
+                            rx.handle_packet(p, Timestamp::ZERO).expect("packet");
+                        }
+                        rx.handle_timeout(Timestamp::from_secs(1));
+                        assert_eq!(rx.readable(), len);
+                        black_box(rx.readable())
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
         g.bench_function(BenchmarkId::new("decode_raw_blocks", name), |b| {
             b.iter(|| {
                 let mut total = 0;

@@ -1,6 +1,7 @@
 //! The receiving side of a stream: collects symbols, delivers the stream's bytes in order as
-//! soon as every earlier byte arrived, decodes a block that lost a source symbol as soon as
-//! it can, and reports loss and missing symbols.
+//! soon as every earlier byte arrived, decodes a block that lost a source symbol once it has
+//! enough symbols for a cheap decode or no more are coming, and reports loss and missing
+//! symbols.
 
 use std::collections::VecDeque;
 
@@ -11,11 +12,17 @@ use crate::packet::{Feedback, MAX_REQUESTS, NEEDED_ALL, Request, SymbolHeader};
 use crate::{Error, FecConfig};
 
 mod block;
+mod settle;
 
 use block::{Block, Taken};
 
 /// Sequence numbers remembered for duplicate detection.
 const SEQ_WINDOW: u32 = 4096;
+/// How long a block that could decode waits, with nothing of it arriving, for the extra
+/// symbols a cheaper decode wants (`block::DECODE_EXTRA`) before it decodes
+/// with what it has. It waits only while it is the newest block: a symbol of a later one
+/// means the sender has moved on.
+const DECODE_HOLD: std::time::Duration = std::time::Duration::from_millis(2);
 /// How far behind the highest sequence number a packet may arrive and still count as
 /// received rather than lost (reordering tolerance of the loss report).
 pub const SETTLE_LAG: u32 = 256;
@@ -52,6 +59,8 @@ pub struct Receiver {
     /// The first block not yet complete: `slots[0]`.
     next: u32,
     slots: VecDeque<Slot>,
+    /// The highest block number a symbol arrived for.
+    newest: Option<u32>,
     /// Complete blocks before `next` not yet read, and how far the first one has been read.
     ready: VecDeque<Vec<u8>>,
     ready_offset: usize,
@@ -80,6 +89,7 @@ impl Receiver {
             config,
             next: 0,
             slots: VecDeque::new(),
+            newest: None,
             ready: VecDeque::new(),
             ready_offset: 0,
             ready_len: 0,
@@ -149,7 +159,45 @@ impl Receiver {
             return Ok(());
         }
         let before = block.stored();
-        if block.take(h.esi, symbol, now) == Taken::Complete {
+        let taken = block.take(h.esi, symbol, now);
+        self.settle_block(idx, before, taken);
+        // A block stops waiting for extra symbols once a later block has begun: the sender
+        // has moved on (blocks go out in order), so what is held is all that comes.
+        match self.newest {
+            Some(newest) if h.block < newest => self.decode_waiting(h.block),
+            Some(newest) if h.block == newest => {}
+            _ => {
+                self.newest = Some(h.block);
+                for b in self.next..h.block {
+                    self.decode_waiting(b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decode block `number` if it is waiting for extra symbols.
+    fn decode_waiting(&mut self, number: u32) {
+        let Some(idx) = number.checked_sub(self.next) else {
+            return;
+        };
+        let Some(Slot::Collecting(block)) = self.slots.get_mut(idx as usize) else {
+            return;
+        };
+        if block.waiting() {
+            let before = block.stored();
+            let taken = block.decode();
+            self.settle_block(idx as usize, before, taken);
+        }
+    }
+
+    /// Account for what a symbol or a decode did to the block in slot `idx`, which held
+    /// `before` bytes; deliver it if it is complete.
+    fn settle_block(&mut self, idx: usize, before: usize, taken: Taken) {
+        let Some(Slot::Collecting(block)) = self.slots.get_mut(idx) else {
+            return;
+        };
+        if taken == Taken::Complete {
             self.stats.blocks += 1;
             self.stats.decoded += u64::from(block.decoded);
             let data = std::mem::take(&mut block.data);
@@ -159,7 +207,27 @@ impl Receiver {
         } else {
             self.stored = self.stored - before + block.stored();
         }
-        Ok(())
+    }
+
+    /// Run what is due at `now`: a block that has waited 2 ms for extra symbols
+    /// decodes with what it holds.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let due: Vec<u32> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| match slot {
+                Slot::Collecting(b)
+                    if b.waiting() && now >= b.last_at.saturating_add(DECODE_HOLD) =>
+                {
+                    Some(self.next + i as u32)
+                }
+                _ => None,
+            })
+            .collect();
+        for number in due {
+            self.decode_waiting(number);
+        }
     }
 
     /// Move the complete blocks at the front to the readable buffer.
@@ -241,7 +309,7 @@ impl Receiver {
         now: Timestamp,
         out: &mut [u8],
     ) -> Result<Option<usize>, Error> {
-        match self.poll_timeout() {
+        match self.feedback_due() {
             Some(at) if now >= at => {}
             _ => return Ok(None),
         }
@@ -288,8 +356,25 @@ impl Receiver {
         }
     }
 
-    /// When feedback is next due, if there is anything to report.
+    /// When [`Receiver::poll_feedback`] or [`Receiver::handle_timeout`] next has something
+    /// to do.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let decode = self
+            .slots
+            .iter()
+            .filter_map(|slot| match slot {
+                Slot::Collecting(b) if b.waiting() => Some(b.last_at.saturating_add(DECODE_HOLD)),
+                _ => None,
+            })
+            .min();
+        match (self.feedback_due(), decode) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When feedback is next due, if there is anything to report.
+    fn feedback_due(&self) -> Option<Timestamp> {
         let pending = self.slots.iter().any(|s| !matches!(s, Slot::Complete(_)));
         if !self.dirty && !pending {
             return None;
@@ -308,73 +393,6 @@ impl Receiver {
     /// The next block the receiver needs in order.
     pub fn next_block(&self) -> u32 {
         self.next
-    }
-
-    /// Count a sequence number. Loss is judged only for sequence numbers at least
-    /// [`SETTLE_LAG`] behind the highest seen ("settled"), so a packet that is merely
-    /// reordered is never reported as lost and then found.
-    fn count_seq(&mut self, seq: u32) {
-        let word = |s: u32| ((s % SEQ_WINDOW) / 64) as usize;
-        let mask = |s: u32| 1u64 << (s % 64);
-        let Some(high) = self.highest_seq else {
-            self.highest_seq = Some(seq);
-            self.seen[word(seq)] |= mask(seq);
-            self.settle_to(seq, seq);
-            return;
-        };
-        if seq > high {
-            self.settle_to(high, seq);
-            // Clear the bits of the sequence numbers the window slides over.
-            for x in (high + 1..=seq).rev().take(SEQ_WINDOW as usize) {
-                self.seen[word(x)] &= !mask(x);
-            }
-            self.highest_seq = Some(seq);
-        } else if seq < self.settled || self.seen[word(seq)] & mask(seq) != 0 {
-            self.stats.duplicates += 1;
-            return;
-        }
-        self.seen[word(seq)] |= mask(seq);
-    }
-
-    /// Settle every sequence number up to `highest + 1 − SETTLE_LAG`; `old_high` is the
-    /// highest seen before `highest` arrived (numbers above it were not received).
-    fn settle_to(&mut self, old_high: u32, highest: u32) {
-        let cutoff = (highest + 1).saturating_sub(SETTLE_LAG);
-        let word = |s: u32| ((s % SEQ_WINDOW) / 64) as usize;
-        let mask = |s: u32| 1u64 << (s % 64);
-        // Below the bitmap's reach nothing can have been recorded (only the first packet, or
-        // a sender skipping ahead, leaves such a gap): lost, counted in one step, so a
-        // forged huge sequence number costs O(1), not a loop over billions.
-        let reach = (old_high + 1).saturating_sub(SEQ_WINDOW).min(cutoff);
-        self.settle_lost(reach);
-        // Within reach: one bit per sequence number, at most SEQ_WINDOW of them.
-        let known_end = cutoff.min(old_high.saturating_add(1));
-        while self.settled < known_end {
-            let s = self.settled;
-            if self.seen[word(s)] & mask(s) != 0 {
-                self.received += 1;
-                self.settled_lost = false;
-            } else {
-                if !self.settled_lost {
-                    self.runs += 1;
-                }
-                self.settled_lost = true;
-            }
-            self.settled += 1;
-        }
-        // Above the old highest: never received.
-        self.settle_lost(cutoff);
-    }
-
-    /// Settle everything below `to` (if not yet settled) as lost.
-    fn settle_lost(&mut self, to: u32) {
-        if self.settled < to {
-            if !self.settled_lost {
-                self.runs += 1;
-            }
-            self.settled_lost = true;
-            self.settled = to;
-        }
     }
 }
 

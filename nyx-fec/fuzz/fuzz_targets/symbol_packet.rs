@@ -1,6 +1,7 @@
 //! Arbitrary sequences of symbol packets into a receiver (the input is split into packets of
-//! one symbol size): typed errors, never a panic, and what is delivered never exceeds what
-//! the packets could describe.
+//! one symbol size), with the receiver's timer run after each: typed errors, never a panic,
+//! and what is delivered never exceeds what the packets could describe. Blocks of up to
+//! 1 024 symbols, so that large blocks wait for extra symbols as they do in streams.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -13,7 +14,7 @@ const SYMBOL: u16 = 8;
 fuzz_target!(|data: &[u8]| {
     let config = FecConfig {
         symbol_size: SYMBOL,
-        max_block_symbols: 16,
+        max_block_symbols: 1024,
         max_blocks_in_flight: 4,
         ..FecConfig::default()
     };
@@ -24,6 +25,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = SymbolHeader::parse(chunk, SYMBOL);
         let now = Timestamp::from_nanos(i as u64 * 1_000_000);
         let _ = rx.handle_packet(chunk, now);
+        rx.handle_timeout(now);
         let mut fb = [0u8; nyx_fec::packet::MAX_FEEDBACK_LEN];
         let _ = rx.poll_feedback(now, &mut fb).expect("buffer is large enough");
         let _ = rx.read(&mut out);

@@ -1009,7 +1009,11 @@ impl StreamMux {
         }
         let mut broken = Vec::new();
         for (id, s) in self.streams.iter_mut() {
-            if s.reset.is_none() && !s.peer_done && s.tx.handle_timeout(now).is_err() {
+            if s.reset.is_some() {
+                continue;
+            }
+            s.rx.handle_timeout(now);
+            if !s.peer_done && s.tx.handle_timeout(now).is_err() {
                 broken.push(*id);
             }
         }
