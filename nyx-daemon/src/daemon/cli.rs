@@ -69,11 +69,7 @@ pub fn main(args: DaemonArgs) -> ExitCode {
             }
         };
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("nyx")
-        .build()
-    {
+    let runtime = match build_runtime(&config) {
         Ok(r) => r,
         Err(e) => {
             complain(format_args!("cannot start the runtime: {e}"));
@@ -87,6 +83,17 @@ pub fn main(args: DaemonArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The node's async runtime: `config.worker_threads` workers, or tokio's default (one per
+/// core the process may use, or `TOKIO_WORKER_THREADS`) when it is 0.
+fn build_runtime(config: &DaemonConfig) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("nyx");
+    if config.worker_threads > 0 {
+        builder.worker_threads(config.worker_threads);
+    }
+    builder.build()
 }
 
 /// `--check-config`: warn of listeners beyond loopback, try every listener, print the
@@ -241,4 +248,21 @@ async fn run(config: DaemonConfig, path: Option<PathBuf>) -> Result<(), crate::E
         Err(_) => complain("telemetry still in use at exit; not flushed"),
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_has_the_configured_workers() {
+        for n in [1, 3] {
+            let config = DaemonConfig {
+                worker_threads: n,
+                ..DaemonConfig::default()
+            };
+            let runtime = build_runtime(&config).expect("a runtime");
+            assert_eq!(runtime.metrics().num_workers(), n);
+        }
+    }
 }

@@ -22,6 +22,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nyx_daemon::control::pb;
+use nyx_daemon::daemon::config::MAX_WORKER_THREADS;
 use nyx_daemon::daemon::{READY_PREFIX, Ready, files, trust};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -59,6 +60,10 @@ pub(crate) struct TestnetArgs {
     /// The authorities' voting period in seconds (at least 16): a new consensus this often.
     #[arg(long, default_value_t = 16)]
     period: u64,
+    /// Threads of each daemon (`worker_threads`); 0: the machine's cores shared out, at
+    /// least one each.
+    #[arg(long, default_value_t = 0)]
+    worker_threads: usize,
 }
 
 /// One daemon of the testnet.
@@ -93,6 +98,18 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
             "--transport {transport}: use quic or udp"
         )));
     }
+    let worker_threads = match args.worker_threads {
+        0 => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            cores_each(cores, args.nodes)
+        }
+        n if n > MAX_WORKER_THREADS => {
+            return Err(Failure::Usage(format!(
+                "--worker-threads {n}: at most {MAX_WORKER_THREADS}"
+            )));
+        }
+        n => n,
+    };
     let temporary = args.dir.is_none();
     let dir = match &args.dir {
         Some(d) => d.clone(),
@@ -104,8 +121,9 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
     let http_connect_port = free_or_fallback(args.http_connect_port).await;
     let http = start_demo_server(args.http_port).await?;
     note!(
-        "nyx testnet: starting {} daemons ({transport}) in {}",
+        "nyx testnet: starting {} daemons ({transport}, {worker_threads} thread{} each) in {}",
         args.nodes,
+        if worker_threads == 1 { "" } else { "s" },
         dir.display()
     );
     // A test network of loopback daemons in a directory of its own: as root (containers,
@@ -140,6 +158,7 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
                 socks_port,
                 http_connect_port,
                 log_level: &args.log_level,
+                worker_threads,
                 authorities: &pinned,
                 role,
             };
@@ -215,6 +234,13 @@ pub(crate) async fn run(args: TestnetArgs, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Threads for each of `nodes` daemons sharing `cores`: an equal share, at least one. More
+/// threads than cores would make every hand-off between a daemon's tasks a wake-up of a
+/// thread that has no core to run on.
+fn cores_each(cores: usize, nodes: u8) -> usize {
+    (cores / usize::from(nodes.max(1))).max(1)
+}
+
 /// `port` on 127.0.0.1 if it is free (or 0), else 0 (a free port chosen later).
 async fn free_or_fallback(port: u16) -> u16 {
     if port == 0 {
@@ -244,6 +270,8 @@ struct MemberSettings<'a> {
     socks_port: u16,
     http_connect_port: u16,
     log_level: &'a str,
+    /// `worker_threads` of each daemon.
+    worker_threads: usize,
     /// `directory.authorities` lines.
     authorities: &'a [String],
     role: Role,
@@ -304,6 +332,7 @@ async fn start_member(dir: &Path, i: u8, settings: &MemberSettings<'_>) -> Resul
          transport = \"{transport}\"\n\
          data_dir = \"{data}\"\n\
          nickname = \"{name}\"\n\
+         worker_threads = {worker_threads}\n\
          [socks]\n{socks}\
          [http_connect]\n{http_connect}\
          [directory]\nauthorities = [{authorities}]\n\
@@ -314,6 +343,7 @@ async fn start_member(dir: &Path, i: u8, settings: &MemberSettings<'_>) -> Resul
          [log]\nlevel = \"{log_level}\"\n",
         transport = settings.transport,
         log_level = settings.log_level,
+        worker_threads = settings.worker_threads,
         data = data.display(),
         authorities = settings
             .authorities
@@ -572,4 +602,17 @@ fn demo_file() -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cores_each;
+
+    #[test]
+    fn daemons_share_the_cores() {
+        assert_eq!(cores_each(2, 5), 1, "never more threads than cores in all");
+        assert_eq!(cores_each(1, 4), 1, "at least one each");
+        assert_eq!(cores_each(16, 5), 3);
+        assert_eq!(cores_each(64, 4), 16);
+    }
 }

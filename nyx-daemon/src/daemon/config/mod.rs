@@ -26,6 +26,9 @@ pub use sections::{
     TelemetryConfig,
 };
 
+/// The most `worker_threads` a configuration may ask for.
+pub const MAX_WORKER_THREADS: usize = 1024;
+
 /// Everything `nyx-daemon` reads from its TOML file. Every field has a default, so an empty
 /// file (or no file) is a working client-only node (`relay.enabled = true` makes a relay).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +51,12 @@ pub struct DaemonConfig {
     pub data_dir: Option<PathBuf>,
     /// The name in this node's descriptor (1-32 of `A-Z a-z 0-9 - _`). Default `nyx`.
     pub nickname: String,
+    /// Threads that run the node (its async runtime's workers), at most
+    /// [`MAX_WORKER_THREADS`]. 0 (default): one per CPU core the process may use, or
+    /// `TOKIO_WORKER_THREADS` when set. Daemons that share a machine do better with a share
+    /// of its cores each: more threads than cores turn every hand-off between a node's
+    /// tasks into a wake-up of another thread (`nyx testnet` gives each daemon its share).
+    pub worker_threads: usize,
     /// The local control socket.
     pub control: ControlConfig,
     /// The SOCKS entry (SOCKS5, SOCKS4, SOCKS4a) for applications.
@@ -240,6 +249,7 @@ impl Default for DaemonConfig {
             socket_io: SocketIo::Auto,
             data_dir: None,
             nickname: "nyx".to_owned(),
+            worker_threads: 0,
             control: ControlConfig::default(),
             socks: SocksSection::default(),
             http_connect: HttpConnectSection::default(),
@@ -336,6 +346,15 @@ impl DaemonConfig {
         }
         if let Err(reason) = check_nickname(&self.nickname) {
             add("nickname", reason);
+        }
+        if self.worker_threads > MAX_WORKER_THREADS {
+            add(
+                "worker_threads",
+                format!(
+                    "{} is more than {MAX_WORKER_THREADS} (0 means one per CPU core)",
+                    self.worker_threads
+                ),
+            );
         }
         for (field, reason) in self.control.problems() {
             add(field, reason);

@@ -135,6 +135,19 @@ fn simulator_keys_reach_the_settings() {
 }
 
 #[test]
+fn worker_threads_are_bounded() {
+    assert_eq!(DaemonConfig::default().worker_threads, 0, "0: one per core");
+    assert_eq!(parse_str("worker_threads = 2\n").unwrap().worker_threads, 2);
+    let max = format!("worker_threads = {MAX_WORKER_THREADS}\n");
+    assert_eq!(parse_str(&max).unwrap().worker_threads, MAX_WORKER_THREADS);
+    let over = format!("worker_threads = {}\n", MAX_WORKER_THREADS + 1);
+    let err = parse_str(&over).unwrap_err().to_string();
+    assert!(err.contains("worker_threads"), "{err}");
+    let err = parse_str("worker_threads = -1\n").unwrap_err().to_string();
+    assert!(err.contains("worker_threads"), "{err}");
+}
+
+#[test]
 fn relay_family_problems_name_the_key() {
     let hex = |b: u8| format!("\"{}\"", NodeId::from_bytes([b; 32]));
     let family = |entries: Vec<String>| format!("[relay]\nfamily = [{}]\n", entries.join(", "));
