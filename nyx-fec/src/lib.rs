@@ -8,7 +8,8 @@
 //!   early after `flush_delay` so small writes are not held back), sends each block's source
 //!   symbols plus repair symbols chosen by the redundancy controller, answers the receiver's
 //!   requests with *fresh* repair symbols (RaptorQ is rateless: ids continue, nothing is
-//!   resent), and probes when feedback stops, so no block is lost for good.
+//!   resent), and probes when feedback stops, so no block is lost for good. A block's
+//!   RaptorQ encoder can be built on another thread ([`Sender::poll_prepare`]).
 //! * [`Receiver`] stores source symbols in place and delivers the stream's bytes in order as
 //!   soon as every byte before them arrived (no decoding on a loss-free path), decodes a
 //!   block that lost a source symbol once enough symbols arrived, in any order, with
@@ -53,4 +54,4 @@ mod sender;
 pub use config::{FecConfig, MAX_SOURCE_SYMBOLS};
 pub use error::Error;
 pub use receiver::{Receiver, ReceiverStats, SETTLE_LAG};
-pub use sender::{Sender, SenderStats};
+pub use sender::{EncoderJob, PREPARE_MIN_SYMBOLS, PreparedEncoder, Sender, SenderStats};

@@ -2,6 +2,7 @@
 //! symbols, answers repair requests with fresh symbols, probes when feedback stops.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nyx_core::Timestamp;
@@ -32,16 +33,25 @@ pub struct SenderStats {
     pub second_round_blocks: u64,
     /// Blocks acknowledged as delivered.
     pub acknowledged: u64,
+    /// Encoders built on the packet path, when repair was due ([`Sender::poll_transmit`]).
+    pub encoders_inline: u64,
+    /// Encoder jobs handed out ([`Sender::poll_prepare`]).
+    pub encoder_jobs: u64,
+    /// Encoders from jobs that a block took ([`Sender::handle_prepared`]).
+    pub encoders_prepared: u64,
 }
 
 struct SendBlock {
     number: u32,
-    /// Stream data padded to K · symbol size.
-    data: Vec<u8>,
+    /// Stream data padded to K · symbol size (shared with an [`EncoderJob`] while one runs).
+    data: Arc<Vec<u8>>,
     k: u16,
     tail: u16,
-    /// Built when repair symbols are due, dropped when they have been sent.
+    /// Built when repair symbols are due (or before, by an [`EncoderJob`]), dropped when
+    /// they have been sent.
     encoder: Option<SourceBlockEncoder>,
+    /// An [`EncoderJob`] for it was handed out ([`Sender::poll_prepare`]).
+    preparing: bool,
     next_esi: u32,
     to_send: u32,
     /// When its latest symbol left.
@@ -203,11 +213,14 @@ impl Sender {
             let at = esi as usize * t;
             symbol.copy_from_slice(&block.data[at..at + t]);
         } else {
+            if block.encoder.is_none() {
+                self.stats.encoders_inline += 1;
+            }
             let encoder = block.encoder.get_or_insert_with(|| {
                 SourceBlockEncoder::new(
                     0,
                     &block_config(block.k, self.config.symbol_size),
-                    &block.data,
+                    block.data.as_slice(),
                 )
             });
             let packets = encoder.repair_packets(esi - k, 1);
@@ -551,10 +564,11 @@ impl Sender {
         let (k, tail) = (k as u16, tail as u16);
         self.blocks.push_back(SendBlock {
             number: self.next_block,
-            data,
+            data: Arc::new(data),
             k,
             tail,
             encoder: None,
+            preparing: false,
             next_esi: 0,
             to_send: u32::from(k),
             last_sent: now,
@@ -596,5 +610,8 @@ impl std::fmt::Debug for Sender {
     }
 }
 
+mod prepare;
 #[cfg(test)]
 mod tests;
+
+pub use prepare::{EncoderJob, PREPARE_MIN_SYMBOLS, PreparedEncoder};

@@ -3,7 +3,8 @@
 //! and the [`NyxStream`](crate::NyxStream)s that read and write it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
 
 use bytes::Bytes;
@@ -16,7 +17,7 @@ use crate::Error;
 use crate::handle::Command;
 use crate::{Circuit, CircuitMessage};
 use nyx_overlay::circuit::{CellArena, DestroyReason, ExitHandle, MAX_BACKWARD_BODY};
-use nyx_overlay::stream::{ResetReason, StreamEvent, StreamId, StreamMux};
+use nyx_overlay::stream::{FecJob, ResetReason, StreamEvent, StreamId, StreamMux};
 
 /// Packets moved per wake-up before the task looks at its inputs again.
 const BATCH: usize = 128;
@@ -202,6 +203,7 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
     // Packets are carved from a reference-counted region: no allocation per packet.
     let mut arena = CellArena::new(MAX_BACKWARD_BODY);
     let mut out = Vec::with_capacity(BATCH);
+    let mut jobs = Vec::new();
     let exit = matches!(port, Port::Exit { .. });
     let mut report_at = Timestamp::ZERO;
     loop {
@@ -219,6 +221,9 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
                     Some(n) => out.push(arena.copy_of(&buf[..n]).freeze()),
                     None => break,
                 }
+            }
+            while let Some(job) = s.mux.poll_job() {
+                jobs.push(job);
             }
             s.dispatch();
             let incoming = std::mem::take(&mut s.incoming);
@@ -243,6 +248,9 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
             }
             (deadline, finished)
         };
+        for job in jobs.drain(..) {
+            run_job(&ep, job);
+        }
         let full = out.len() == BATCH;
         for payload in out.drain(..) {
             if port.send(payload).await.is_err() {
@@ -299,6 +307,37 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
     }
 }
 
+/// Build a block's encoder on tokio's blocking pool, not on this task: it takes
+/// milliseconds, during which every other packet of the circuit would wait (and on a node
+/// with one worker thread, every other circuit too). The result goes back into the mux,
+/// whose next repair symbol uses it; nothing waits for it. At most one job per CPU core
+/// runs at once in the process: beyond that a job is dropped, and its block builds the
+/// encoder when its repair is due, as it would without jobs (streams cannot pile up
+/// threads).
+fn run_job(ep: &Endpoint, job: FecJob) {
+    static RUNNING: AtomicUsize = AtomicUsize::new(0);
+    static LIMIT: OnceLock<usize> = OnceLock::new();
+    let limit = *LIMIT.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if RUNNING.fetch_add(1, Ordering::AcqRel) >= limit {
+        RUNNING.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    /// Counts the job as finished however it ends.
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let running = Running;
+    let ep = ep.clone();
+    tokio::task::spawn_blocking(move || {
+        let _running = running;
+        let done = job.run();
+        ep.lock().mux.handle_job_done(done);
+    });
+}
+
 /// Log a circuit end's stream counters: what tells a window limit from loss, repair or
 /// queueing when a transfer is slow. Counters only, nothing about the circuit's path.
 fn report(mux: &StreamMux, exit: bool, now: Timestamp) {
@@ -321,6 +360,8 @@ fn report(mux: &StreamMux, exit: bool, now: Timestamp) {
         fec_packets = s.fec_packets,
         fec_source = s.fec_source_symbols,
         fec_requested = s.fec_requested_repair,
+        encoders_inline = s.fec_encoders_inline,
+        encoders_prepared = s.fec_encoders_prepared,
         controls_resent = s.controls_resent,
         "stream counters"
     );

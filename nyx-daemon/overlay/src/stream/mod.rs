@@ -32,7 +32,7 @@ use std::time::Duration;
 use nyx_fec::FecConfig;
 
 pub use cc::CcConfig;
-pub use mux::{DEAD_AFTER, LIVENESS_PROBE, MuxStats, ReadOutcome, StreamMux};
+pub use mux::{DEAD_AFTER, FecJob, FecJobDone, LIVENESS_PROBE, MuxStats, ReadOutcome, StreamMux};
 pub use state::StreamSnapshot;
 
 /// Stream data bytes per FEC symbol: with its headers one symbol fills a forward cell.

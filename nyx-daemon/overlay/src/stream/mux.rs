@@ -15,6 +15,9 @@ use super::{ResetReason, Role, SYMBOL_SIZE, StreamConfig, StreamEvent, StreamId}
 use crate::Error;
 use crate::circuit::{MAX_BACKWARD_BODY, MAX_FORWARD_BODY};
 
+mod jobs;
+pub use jobs::{FecJob, FecJobDone};
+
 /// With streams open and nothing heard from the peer for this long, ask it for an ACK (a
 /// PING; again at this interval while the silence lasts).
 pub const LIVENESS_PROBE: Duration = Duration::from_secs(5);
@@ -64,6 +67,10 @@ pub struct MuxStats {
     pub fec_source_symbols: u64,
     /// Repair symbols sent in answer to requests (second rounds).
     pub fec_requested_repair: u64,
+    /// RaptorQ encoders built on the packet path, when a block's repair was due.
+    pub fec_encoders_inline: u64,
+    /// RaptorQ encoders built ahead by a [`FecJob`] and used.
+    pub fec_encoders_prepared: u64,
     /// The congestion window now, in cells.
     pub window: u32,
     /// Cells in flight now.
@@ -99,6 +106,8 @@ impl MuxStats {
         self.fec_packets += o.fec_packets;
         self.fec_source_symbols += o.fec_source_symbols;
         self.fec_requested_repair += o.fec_requested_repair;
+        self.fec_encoders_inline += o.fec_encoders_inline;
+        self.fec_encoders_prepared += o.fec_encoders_prepared;
         self.congestion_events += o.congestion_events;
         self.window = self.window.max(o.window);
         self.in_flight = self.in_flight.max(o.in_flight);
@@ -153,7 +162,7 @@ pub struct StreamMux {
     events: VecDeque<StreamEvent>,
     stats: MuxStats,
     /// FEC counters of streams already gone.
-    done_fec: (u64, u64, u64),
+    done_fec: FecTotals,
     /// Reused list of stream ids (per-packet passes over the streams allocate nothing).
     scratch: Vec<StreamId>,
     /// The largest receive window a stream of this circuit grew to: where the next one
@@ -196,7 +205,7 @@ impl StreamMux {
             last_probe: now,
             events: VecDeque::new(),
             stats: MuxStats::default(),
-            done_fec: (0, 0, 0),
+            done_fec: FecTotals::default(),
             scratch: Vec::new(),
             learned_window,
             learned_loss: None,
@@ -439,20 +448,19 @@ impl StreamMux {
     /// Counters.
     pub fn stats(&self) -> MuxStats {
         let mut s = self.stats;
-        let (mut packets, mut source, mut requested) = self.done_fec;
+        let mut fec = self.done_fec;
         for stream in self.streams.values() {
-            let t = stream.tx.stats();
-            packets += t.packets;
-            source += t.source_symbols;
-            requested += t.requested_repair;
+            fec.add(&stream.tx.stats());
             s.blocks_in_flight += stream.tx.blocks_in_flight() as u32;
             if stream.fin.is_none() {
                 s.send_credit += stream.peer_max.saturating_sub(stream.written);
             }
         }
-        s.fec_packets = packets;
-        s.fec_source_symbols = source;
-        s.fec_requested_repair = requested;
+        s.fec_packets = fec.packets;
+        s.fec_source_symbols = fec.source_symbols;
+        s.fec_requested_repair = fec.requested_repair;
+        s.fec_encoders_inline = fec.encoders_inline;
+        s.fec_encoders_prepared = fec.encoders_prepared;
         s.window = self.cc.window();
         s.in_flight = self.sent.in_flight();
         s.congestion_events = self.cc.congestion_events();
@@ -724,10 +732,7 @@ impl StreamMux {
             && let Some(s) = self.streams.remove(&id)
         {
             tracing::debug!(role = ?self.role, stream = id.0, reset = ?s.reset, "stream forgotten");
-            let t = s.tx.stats();
-            self.done_fec.0 += t.packets;
-            self.done_fec.1 += t.source_symbols;
-            self.done_fec.2 += t.requested_repair;
+            self.done_fec.add(&s.tx.stats());
         }
     }
 
@@ -1029,6 +1034,26 @@ impl StreamMux {
             return Err(Error::StreamReset { reason });
         }
         Ok(stream)
+    }
+}
+
+/// FEC counters summed over streams.
+#[derive(Debug, Clone, Copy, Default)]
+struct FecTotals {
+    packets: u64,
+    source_symbols: u64,
+    requested_repair: u64,
+    encoders_inline: u64,
+    encoders_prepared: u64,
+}
+
+impl FecTotals {
+    fn add(&mut self, t: &nyx_fec::SenderStats) {
+        self.packets += t.packets;
+        self.source_symbols += t.source_symbols;
+        self.requested_repair += t.requested_repair;
+        self.encoders_inline += t.encoders_inline;
+        self.encoders_prepared += t.encoders_prepared;
     }
 }
 
