@@ -2,14 +2,13 @@
 //! symbols, answers repair requests with fresh symbols, probes when feedback stops.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
 
 use nyx_core::Timestamp;
-use raptorq::{ObjectTransmissionInformation, SourceBlockEncoder};
+use raptorq::SourceBlockEncoder;
 
-use crate::controller::{DECODE_MARGIN, LossEstimator, Redundancy};
-use crate::packet::{Feedback, MAX_ESI, NEEDED_ALL, SYMBOL_HEADER_LEN, SymbolHeader};
+use crate::controller::{LossEstimator, Redundancy};
+use crate::packet::{MAX_ESI, SYMBOL_HEADER_LEN, SymbolHeader};
 use crate::{Error, FecConfig};
 
 /// Counters of what a sender did (for reports and the simulation table).
@@ -39,31 +38,6 @@ pub struct SenderStats {
     pub encoder_jobs: u64,
     /// Encoders from jobs that a block took ([`Sender::handle_prepared`]).
     pub encoders_prepared: u64,
-}
-
-struct SendBlock {
-    number: u32,
-    /// Stream data padded to K · symbol size (shared with an [`EncoderJob`] while one runs).
-    data: Arc<Vec<u8>>,
-    k: u16,
-    tail: u16,
-    /// Built when repair symbols are due (or before, by an [`EncoderJob`]), dropped when
-    /// they have been sent.
-    encoder: Option<SourceBlockEncoder>,
-    /// An [`EncoderJob`] for it was handed out ([`Sender::poll_prepare`]).
-    preparing: bool,
-    next_esi: u32,
-    to_send: u32,
-    /// When its latest symbol left.
-    last_sent: Timestamp,
-    holdoff_until: Timestamp,
-    second_round: bool,
-    /// Up-front repair is chosen when the block's source symbols have gone out, with the
-    /// loss estimate of that moment (not when the block was written, maybe long before).
-    repair_decided: bool,
-    /// Whether the estimator had feedback when the repair was chosen (only such blocks teach
-    /// the controller's trim).
-    informed: bool,
 }
 
 /// The sending side of one stream direction. Sans-IO: the caller passes `now`, moves packets
@@ -271,196 +245,6 @@ impl Sender {
         Ok(Some(len))
     }
 
-    /// Take a feedback message: forget delivered blocks, update the loss estimate, queue
-    /// fresh repair symbols for blocks that need them.
-    pub fn handle_feedback(&mut self, bytes: &[u8], now: Timestamp) -> Result<(), Error> {
-        let fb = Feedback::parse(bytes)?;
-        self.on_feedback(&fb, now);
-        Ok(())
-    }
-
-    fn on_feedback(&mut self, fb: &Feedback, now: Timestamp) {
-        self.last_progress = now;
-        self.probe_backoff = 0;
-        while let Some(front) = self.blocks.front() {
-            // Block numbers only grow; `next` beyond what was sent is a confused receiver.
-            if front.number >= fb.next || fb.next > self.next_block {
-                break;
-            }
-            if front.informed {
-                self.controller.on_block(front.second_round);
-            }
-            self.stats.acknowledged += 1;
-            if let Some(gone) = self.blocks.pop_front() {
-                self.blocks_bytes -= gone.data.len();
-            }
-        }
-        self.estimator.update(fb.expected, fb.received, fb.runs);
-        let p = self.estimator.loss();
-        let Some(first) = self.blocks.front().map(|b| b.number) else {
-            self.close_if_flushed(now);
-            return;
-        };
-        for r in &fb.requests {
-            let Some(idx) = r.block.checked_sub(first) else {
-                continue;
-            };
-            let Some(block) = self.blocks.get_mut(idx as usize) else {
-                continue;
-            };
-            // A block still in its first round is not late, only slow to send (the window
-            // or the pacing held it back): its own symbols are still coming. Answering would
-            // jump past its unsent source symbols to repair ones and skip its up-front repair.
-            // Nor is a block with symbols still queued here: what was asked for before is
-            // on its way out.
-            if now < block.holdoff_until || !block.repair_decided || block.to_send > 0 {
-                continue;
-            }
-            // A request can only know of symbols that left a round trip before it arrived:
-            // the receiver misses the later ones because they are in flight, not lost.
-            if self
-                .rtt
-                .is_some_and(|rtt| now < block.last_sent.saturating_add(rtt))
-            {
-                continue;
-            }
-            let needed = if r.needed == NEEDED_ALL {
-                u32::from(block.k) + DECODE_MARGIN
-            } else {
-                u32::from(r.needed).min(u32::from(block.k) + DECODE_MARGIN)
-            };
-            // Send enough that `needed` arrive despite the loss rate, plus one if lossy.
-            let extra = u32::from(p > 0.001);
-            let n = (f64::from(needed) / (1.0 - p)).ceil() as u32 + extra;
-            // Fresh ids only: repairs continue after everything sent so far.
-            block.next_esi = block.next_esi.max(u32::from(block.k));
-            block.to_send = block.to_send.saturating_add(n);
-            block.holdoff_until = now.saturating_add(self.config.repair_holdoff);
-            self.stats.requested_repair += u64::from(n);
-            if !block.second_round {
-                block.second_round = true;
-                self.stats.second_round_blocks += 1;
-            }
-        }
-        self.close_if_flushed(now);
-    }
-
-    /// The path's round trip as the caller measures it (a smoothed RTT with a margin for
-    /// its variation). From then on a repair request for a block is answered only once
-    /// the block's latest symbol left at least this long ago: a receiver that reports a
-    /// block incomplete sooner is missing symbols still in flight, not lost ones, and
-    /// answering it sends repair the block does not need (on a loss-free path with a
-    /// 300 ms round trip, three packets for every source symbol). Until it is called,
-    /// only `repair_holdoff` spaces the answers: right for round trips shorter than that.
-    ///
-    /// The round trip also times the probe (see [`FecConfig::probe_timeout`]): silence
-    /// for this long plus the receiver's `feedback_interval` after the last symbol left
-    /// means that everything since was lost, on a loopback path after about 15 ms and on a
-    /// 300 ms one after about 350 ms, where the fixed `probe_timeout` would wait 200 ms in
-    /// both (at 10% loss per link on a loopback testnet, 14 of 20 small responses came
-    /// 100 ms or more late, in steps of about 200 ms).
-    pub fn set_rtt(&mut self, rtt: Duration) {
-        self.rtt = Some(rtt);
-    }
-
-    /// When the sender next needs [`handle_timeout`](Self::handle_timeout): the open block's
-    /// flush deadline or the next probe.
-    pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let flush = self.flush_deadline();
-        let probe = self.probe_deadline();
-        match (flush, probe) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The writer has nothing more for now: the open block leaves as soon as it can, at
-    /// once unless the sender [coalesces](Self::coalescing), and then as soon as it stops.
-    /// Unlike [`flush`](Self::flush) (the end of a stream, an explicit flush) this keeps a
-    /// bulk transfer's blocks large: a copy loop pushes every time its source is drained
-    /// for a moment, and under Shadow that cut an exit's blocks to 16 symbols.
-    pub fn push(&mut self, now: Timestamp) -> Result<(), Error> {
-        if self.open.is_empty() {
-            return Ok(());
-        }
-        if self.coalescing() {
-            self.pushed = true;
-            Ok(())
-        } else {
-            self.flush(now)
-        }
-    }
-
-    /// When the open block is closed although not full: `flush_delay` after its first
-    /// byte (at once once pushed), unless the sender [coalesces](Self::coalescing).
-    fn flush_deadline(&self) -> Option<Timestamp> {
-        if self.open.is_empty() || self.flush_requested || self.coalescing() {
-            return None;
-        }
-        let delay = if self.pushed {
-            Duration::ZERO
-        } else {
-            self.config.flush_delay
-        };
-        self.open_since.map(|t| t.saturating_add(delay))
-    }
-
-    /// Whether the open block keeps filling instead of closing at its flush deadline:
-    /// while symbols of closed blocks still wait to be sent (the caller's window holds them
-    /// back, so closing it would not send it any sooner), or while it holds less than its
-    /// share of what is in flight: a quarter of the block window's worth of blocks
-    /// carries everything in flight, so a bulk transfer keeps about that many blocks
-    /// out and never meets the block cap before its blocks are full. Small blocks under a
-    /// bulk transfer fill the block window with little data: under Shadow an exit's blocks
-    /// came out at 10 to 50 symbols, and the block window, not the circuit's, capped what
-    /// was in flight. A sparse writer has little in flight, so its blocks still close at
-    /// the deadline. [`flush`](Self::flush) closes a block at once.
-    pub fn coalescing(&self) -> bool {
-        let quarter = (self.config.max_blocks_in_flight as usize / 4).max(1);
-        self.has_pending_symbols() || self.open.len() < self.blocks_bytes / quarter
-    }
-
-    fn probe_deadline(&self) -> Option<Timestamp> {
-        if self.blocks.is_empty() || self.blocks.iter().any(|b| b.to_send > 0) {
-            return None;
-        }
-        Some(
-            self.last_progress
-                .saturating_add(self.probe_after() * (1 << self.probe_backoff)),
-        )
-    }
-
-    /// How long silence (no feedback since the last symbol left or the last report) means
-    /// loss: the round trip plus the receiver's feedback interval (a report is due at most
-    /// that long after a packet reaches it) once the caller has told the round trip,
-    /// `probe_timeout` before.
-    fn probe_after(&self) -> Duration {
-        self.rtt.map_or(self.config.probe_timeout, |rtt| {
-            rtt.saturating_add(self.config.feedback_interval)
-        })
-    }
-
-    /// Close an overdue open block; send a probe if feedback has stopped.
-    pub fn handle_timeout(&mut self, now: Timestamp) -> Result<(), Error> {
-        if self.flush_deadline().is_some_and(|at| now >= at) {
-            self.flush(now)?;
-        }
-        if let Some(at) = self.probe_deadline()
-            && now >= at
-        {
-            // One fresh repair symbol of the newest block tells the receiver it exists; its
-            // feedback then asks for whatever is missing.
-            if let Some(block) = self.blocks.back_mut() {
-                block.next_esi = block.next_esi.max(u32::from(block.k));
-                block.to_send = block.to_send.saturating_add(1);
-                self.stats.requested_repair += 1;
-            }
-            self.probe_backoff = (self.probe_backoff + 1).min(3);
-            self.last_progress = now;
-        }
-        Ok(())
-    }
-
     /// What the sender did so far.
     pub fn stats(&self) -> SenderStats {
         self.stats
@@ -516,86 +300,10 @@ impl Sender {
         self.has_room() || self.open.len() < self.config.block_bytes()
     }
 
-    /// Add [`tail_repair`] fresh symbols to every unacknowledged block (the stream's last
-    /// source symbol just left).
-    fn protect_tail(&mut self) {
-        for b in &mut self.blocks {
-            let extra = tail_repair(b.k);
-            b.next_esi = b.next_esi.max(u32::from(b.k));
-            b.to_send = b.to_send.saturating_add(extra);
-            self.stats.upfront_repair += u64::from(extra);
-        }
-    }
-
     /// Whether everything written was acknowledged as delivered.
     pub fn is_idle(&self) -> bool {
         self.blocks.is_empty() && self.open.is_empty()
     }
-
-    fn has_room(&self) -> bool {
-        self.blocks.len() < self.config.max_blocks_in_flight as usize
-    }
-
-    fn close_if_flushed(&mut self, now: Timestamp) {
-        if self.flush_requested && self.has_room() && !self.open.is_empty() {
-            self.flush_requested = false;
-            // Room was just checked, so closing cannot fail on the window.
-            let _ = self.close_block(now);
-        }
-    }
-
-    fn close_block(&mut self, now: Timestamp) -> Result<(), Error> {
-        if self.next_block == u32::MAX {
-            return Err(Error::Exhausted {
-                what: "block numbers",
-            });
-        }
-        let t = usize::from(self.config.symbol_size);
-        let len = self.open.len();
-        let k = len.div_ceil(t);
-        let tail = len - (k - 1) * t;
-        let mut data = std::mem::replace(
-            &mut self.open,
-            Vec::with_capacity(self.config.block_bytes()),
-        );
-        data.resize(k * t, 0);
-        self.blocks_bytes += data.len();
-        // k <= max_block_symbols <= 56403 and 1 <= tail <= t fit u16.
-        let (k, tail) = (k as u16, tail as u16);
-        self.blocks.push_back(SendBlock {
-            number: self.next_block,
-            data: Arc::new(data),
-            k,
-            tail,
-            encoder: None,
-            preparing: false,
-            next_esi: 0,
-            to_send: u32::from(k),
-            last_sent: now,
-            holdoff_until: now,
-            second_round: false,
-            repair_decided: false,
-            informed: false,
-        });
-        self.next_block += 1;
-        self.open_since = None;
-        self.flush_requested = false;
-        self.pushed = false;
-        self.stats.blocks += 1;
-        self.stats.source_symbols += u64::from(k);
-        Ok(())
-    }
-}
-
-/// The RaptorQ parameters of one block: one source block, no sub-blocks, byte alignment.
-/// Repair symbols that protect a block at the end of a stream: one, and one more per 200
-/// source symbols.
-pub(crate) fn tail_repair(k: u16) -> u32 {
-    1 + u32::from(k) / 200
-}
-
-pub(crate) fn block_config(k: u16, symbol_size: u16) -> ObjectTransmissionInformation {
-    ObjectTransmissionInformation::new(u64::from(k) * u64::from(symbol_size), symbol_size, 1, 1, 1)
 }
 
 impl std::fmt::Debug for Sender {
@@ -610,8 +318,13 @@ impl std::fmt::Debug for Sender {
     }
 }
 
+mod block;
+mod feedback;
 mod prepare;
 #[cfg(test)]
 mod tests;
+mod timers;
 
+use block::SendBlock;
+pub(crate) use block::block_config;
 pub use prepare::{EncoderJob, PREPARE_MIN_SYMBOLS, PreparedEncoder};

@@ -1,8 +1,10 @@
 //! Unit tests of the sender: repair requests and their hold-offs, the flush delay, how
 //! blocks coalesce, and the protection of a finished stream's tail.
 
+use super::block::tail_repair;
 use super::*;
 use crate::packet::Request;
+use crate::packet::{Feedback, NEEDED_ALL};
 
 /// A sender of one 8-symbol block of 16-byte symbols, written at `now`.
 fn one_block(now: Timestamp) -> Sender {

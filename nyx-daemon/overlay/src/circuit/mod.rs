@@ -7,8 +7,10 @@
 //!
 //! Formats are in [`wire`] and docs/protocol.md ("Overlay").
 
+mod api;
 mod arena;
 mod client;
+mod config;
 mod links;
 mod relay;
 mod resend;
@@ -19,293 +21,23 @@ pub mod wire;
 mod tests;
 
 use std::collections::{HashMap, VecDeque};
-use std::num::NonZeroU32;
-use std::time::Duration;
 
 use bytes::Bytes;
-use nyx_core::rate::{KeyedLimiter, Quota};
+use nyx_core::rate::KeyedLimiter;
 use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::hop::ReplayCache;
-use nyx_crypto::kem::HybridPublicKey;
 use nyx_crypto::onion_keys::OnionKeyRing;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::Error;
+pub use api::{CircuitHandle, Event, ExitHandle, HopSpec, Output, OverlayStats};
 pub use arena::CellArena;
 use client::ClientCirc;
+pub use config::{LiveLimits, OverlayConfig};
 use links::LinkState;
 use relay::RelayCircuit;
 pub use wire::{DestroyReason, LINK_CELL_LEN, MAX_BACKWARD_BODY, MAX_FORWARD_BODY};
-
-/// Settings of the overlay core. Defaults suit a public node; tests shorten the timers.
-#[derive(Debug, Clone)]
-pub struct OverlayConfig {
-    /// Whether this node relays others' circuits. A client-only node (false) refuses every
-    /// CREATE and CREATE_FAST with DESTROY, whatever link it came over. Default true.
-    pub relay: bool,
-    /// A circuit not built within this is abandoned. Default 10 s.
-    pub build_timeout: Duration,
-    /// The shortest wait before an unanswered EXTEND is resent. The wait follows the round
-    /// trips the build has measured and doubles with each resend. Default 50 ms.
-    pub extend_resend: Duration,
-    /// A built circuit is destroyed this long after it was built. Default 10 min (Tor's
-    /// `MaxCircuitDirtiness`).
-    pub max_circuit_lifetime: Duration,
-    /// [`Event::Expiring`] comes this long before the end of a circuit's lifetime, so its
-    /// owner can build the replacement in time. Default 1 min.
-    pub rotate_before: Duration,
-    /// A relayed circuit that carries nothing for this long is destroyed. Default 15 min.
-    pub relay_idle_timeout: Duration,
-    /// A relayed circuit whose next hop is gone waits this long for its owner to destroy
-    /// it after TRUNCATED, then destroys it itself. Default 5 s.
-    pub truncated_grace: Duration,
-    /// A link with circuits that has heard nothing for this long is probed. Default 5 s.
-    pub keepalive: Duration,
-    /// A probe unanswered for this long declares the link dead. Default 15 s.
-    pub link_timeout: Duration,
-    /// How often timers are checked. Default 250 ms.
-    pub timer_granularity: Duration,
-    /// Most circuits relayed at once. Default 8192.
-    pub max_relay_circuits: usize,
-    /// Most relayed circuits arriving over one link. Default 2048.
-    pub max_circuits_per_link: usize,
-    /// Cells queued for one link at most before drops. Default 1024.
-    pub link_queue_cells: usize,
-    /// Cells of one relayed circuit queued at most before drops. Default 256.
-    pub circuit_queue_cells: usize,
-    /// Cells a peer may send over its link. Default 200000/s (about 230 MB/s), burst 20000.
-    pub link_cells: Quota,
-    /// Cells on one relayed circuit. Default 100000/s (about 115 MB/s), burst 10000.
-    pub circuit_cells: Quota,
-    /// CREATEs a peer may send. Default 10/s, burst 20.
-    pub circuit_creates: Quota,
-    /// CREATEs (not CREATE_FASTs) answered from all peers together: each costs a hybrid
-    /// decapsulation, and
-    /// peers (client links) are free to mint, so this bounds the CPU CREATEs take. Default
-    /// 500/s (a few percent of one core), burst 1000.
-    pub all_creates: Quota,
-    /// Peers each keyed limiter tracks at most. Default 65536.
-    pub max_limited_keys: usize,
-    /// CREATE messages remembered to refuse replays. Default 65536.
-    pub replay_cache: usize,
-}
-
-impl Default for OverlayConfig {
-    fn default() -> Self {
-        let quota = |rate, burst| match (NonZeroU32::new(rate), NonZeroU32::new(burst)) {
-            (Some(rate), Some(burst)) => Quota::new(rate, burst),
-            _ => Quota::new(NonZeroU32::MIN, NonZeroU32::MIN),
-        };
-        OverlayConfig {
-            relay: true,
-            build_timeout: Duration::from_secs(10),
-            extend_resend: Duration::from_millis(50),
-            max_circuit_lifetime: Duration::from_secs(600),
-            rotate_before: Duration::from_secs(60),
-            relay_idle_timeout: Duration::from_secs(900),
-            truncated_grace: Duration::from_secs(5),
-            keepalive: Duration::from_secs(5),
-            link_timeout: Duration::from_secs(15),
-            timer_granularity: Duration::from_millis(250),
-            max_relay_circuits: 8192,
-            max_circuits_per_link: 2048,
-            link_queue_cells: 1024,
-            circuit_queue_cells: 256,
-            link_cells: quota(200_000, 20_000),
-            circuit_cells: quota(100_000, 10_000),
-            circuit_creates: quota(10, 20),
-            all_creates: quota(500, 1000),
-            max_limited_keys: 65_536,
-            replay_cache: 65_536,
-        }
-    }
-}
-
-/// The limits of an overlay that can change while it runs ([`Overlay::set_limits`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LiveLimits {
-    /// Cells a peer may send over its link.
-    pub link_cells: Quota,
-    /// Cells on one relayed circuit.
-    pub circuit_cells: Quota,
-    /// CREATEs a peer may send.
-    pub circuit_creates: Quota,
-    /// Most circuits relayed at once.
-    pub max_relay_circuits: usize,
-}
-
-/// The owner's name for a circuit it built (local, never on the wire).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CircuitHandle(u64);
-
-impl CircuitHandle {
-    /// The handle as a number (the control API shows it; local, never on the wire).
-    pub fn id(self) -> u64 {
-        self.0
-    }
-
-    /// The handle numbered `id` (as [`id`](Self::id) returned it).
-    pub fn from_id(id: u64) -> Self {
-        CircuitHandle(id)
-    }
-}
-
-/// A relayed circuit that delivered a payload to this node (this node is its exit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ExitHandle(u64);
-
-/// One hop of a path to build: the relay and the onion key its descriptor certifies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HopSpec {
-    /// The relay.
-    pub node: NodeId,
-    /// Its current onion key.
-    pub onion_key: HybridPublicKey,
-}
-
-/// Something for the driver to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// Send a link cell ([`LINK_CELL_LEN`] bytes) to a peer; drop it if that fails.
-    Cell {
-        /// The peer.
-        to: NodeId,
-        /// The cell.
-        cell: Bytes,
-    },
-    /// Send a control message to a peer (reliable).
-    Control {
-        /// The peer.
-        to: NodeId,
-        /// The message.
-        msg: Vec<u8>,
-    },
-    /// Open a link to a peer, then call [`Overlay::link_up`] (or
-    /// [`Overlay::connect_failed`]).
-    Connect {
-        /// The peer.
-        peer: NodeId,
-    },
-    /// The link to this peer is dead (probes unanswered): close it.
-    Disconnect {
-        /// The peer.
-        peer: NodeId,
-    },
-}
-
-/// Something that happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// A circuit this node is building is ready.
-    Built {
-        /// Which.
-        circuit: CircuitHandle,
-    },
-    /// A circuit this node was building failed.
-    Failed {
-        /// Which.
-        circuit: CircuitHandle,
-        /// Why.
-        reason: DestroyReason,
-        /// The position in the path of the relay believed at fault, when known.
-        hop: Option<usize>,
-        /// That relay.
-        relay: Option<NodeId>,
-    },
-    /// A built circuit of this node ended (not on its owner's request).
-    Destroyed {
-        /// Which.
-        circuit: CircuitHandle,
-        /// Why.
-        reason: DestroyReason,
-        /// The position in the path of the relay believed lost, when known.
-        hop: Option<usize>,
-        /// That relay.
-        relay: Option<NodeId>,
-    },
-    /// A built circuit nears the end of its lifetime: build its replacement.
-    Expiring {
-        /// Which.
-        circuit: CircuitHandle,
-    },
-    /// A payload from the exit of one of this node's circuits.
-    Data {
-        /// Which circuit.
-        circuit: CircuitHandle,
-        /// The payload.
-        payload: Bytes,
-    },
-    /// A payload for this node as the last hop of a relayed circuit.
-    ExitData {
-        /// Which circuit (answer with [`Overlay::send_backward`]).
-        exit: ExitHandle,
-        /// The payload.
-        payload: Bytes,
-    },
-    /// A relayed circuit that delivered payloads here ended.
-    ExitClosed {
-        /// Which.
-        exit: ExitHandle,
-        /// Why.
-        reason: DestroyReason,
-    },
-}
-
-/// Counters of the overlay (plain data for metrics).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OverlayStats {
-    /// Link cells received.
-    pub cells_in: u64,
-    /// Cells this node relayed towards the exit.
-    pub relayed_forward: u64,
-    /// Cells this node relayed towards the client.
-    pub relayed_backward: u64,
-    /// Payloads delivered to this node (as exit, or as owner).
-    pub delivered: u64,
-    /// Cells of the wrong length or with circuit id 0.
-    pub dropped_malformed: u64,
-    /// Cells for no circuit this node knows.
-    pub dropped_unknown_circuit: u64,
-    /// Cells that failed authentication (modified, or not for this hop).
-    pub dropped_unauthenticated: u64,
-    /// Circuits destroyed because a cell failed its onion-layer authentication (relays:
-    /// forward cells; owners: backward cells). Each such cell is also counted in
-    /// `dropped_unauthenticated`.
-    pub circuits_tampered: u64,
-    /// Cells refused as replays (repeated or too old).
-    pub dropped_replayed: u64,
-    /// Cells over a peer's rate limit.
-    pub dropped_link_rate: u64,
-    /// Cells over a circuit's rate limit.
-    pub dropped_circuit_rate: u64,
-    /// Cells dropped because a link or circuit queue was full.
-    pub dropped_queue_full: u64,
-    /// Cells dropped because the link to their next hop is not up.
-    pub dropped_no_link: u64,
-    /// Authenticated cells with a relay message that breaks the protocol.
-    pub protocol_errors: u64,
-    /// Control messages that could not be decoded or did not fit the state.
-    pub bad_control: u64,
-    /// CREATEs answered.
-    pub creates_answered: u64,
-    /// CREATEs refused (bad, replayed, unknown key, limits).
-    pub creates_refused: u64,
-    /// CREATEs over a peer's rate limit.
-    pub creates_rate_limited: u64,
-    /// Circuits this node built.
-    pub circuits_built: u64,
-    /// Circuit builds that failed.
-    pub circuits_failed: u64,
-    /// Links declared dead by probes.
-    pub links_dead: u64,
-    /// EXTENDs this node resent as a circuit's owner (no EXTENDED within the wait).
-    pub extends_resent: u64,
-    /// Repeated EXTENDs this node received as the extending hop: answered again with the
-    /// cached EXTENDED, or ignored while CREATE is out.
-    pub extends_repeated: u64,
-}
 
 /// A circuit id on a link, with the peer it is shared with.
 type SlotKey = (NodeId, u32);
