@@ -40,6 +40,10 @@ pub const MAX_REQUESTS: usize = 64;
 pub const MAX_FEEDBACK_LEN: usize = FEEDBACK_HEADER_LEN + MAX_REQUESTS * REQUEST_LEN;
 /// Symbol ids are 24 bits (RFC 6330).
 pub const MAX_ESI: u32 = (1 << 24) - 1;
+/// The largest packet sequence number: a sender stops one short of `u32::MAX`, so a
+/// receiver can count up to the next sequence number without overflow, and refuses
+/// `u32::MAX` as malformed.
+pub const MAX_SEQ: u32 = u32::MAX - 1;
 /// `needed` value meaning "no symbol of this block has arrived".
 pub const NEEDED_ALL: u16 = u16::MAX;
 
@@ -69,6 +73,11 @@ impl SymbolHeader {
         }
         if self.esi > MAX_ESI {
             return Err(Error::Exhausted { what: "symbol ids" });
+        }
+        if self.seq > MAX_SEQ {
+            return Err(Error::Exhausted {
+                what: "packet sequence numbers",
+            });
         }
         out[0] = KIND_SYMBOL;
         out[1..5].copy_from_slice(&self.seq.to_be_bytes());
@@ -106,6 +115,12 @@ impl SymbolHeader {
             symbols: u16::from_be_bytes([packet[12], packet[13]]),
             tail: u16::from_be_bytes([packet[14], packet[15]]),
         };
+        if header.seq > MAX_SEQ {
+            return Err(Error::Invalid {
+                field: "seq",
+                reason: "u32::MAX is never sent",
+            });
+        }
         if header.symbols == 0 || header.symbols > MAX_SOURCE_SYMBOLS {
             return Err(Error::Invalid {
                 field: "symbols",
@@ -248,7 +263,7 @@ mod tests {
 
     fn header() -> impl Strategy<Value = SymbolHeader> {
         (
-            any::<u32>(),
+            0..=MAX_SEQ,
             any::<u32>(),
             0..=MAX_ESI,
             1..=MAX_SOURCE_SYMBOLS,
@@ -384,5 +399,22 @@ mod tests {
             .write(&mut p),
             Err(Error::Exhausted { .. })
         ));
+        // u32::MAX as a sequence number: never written, refused when read (a receiver
+        // counts up to the next one).
+        assert!(matches!(
+            SymbolHeader { seq: u32::MAX, ..h }.write(&mut p),
+            Err(Error::Exhausted { .. })
+        ));
+        let mut bad = p.clone();
+        bad[1..5].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            SymbolHeader::parse(&bad, 8),
+            Err(Error::Invalid { field: "seq", .. })
+        ));
+        bad[1..5].copy_from_slice(&MAX_SEQ.to_be_bytes());
+        assert_eq!(
+            SymbolHeader::parse(&bad, 8).map(|(h, _)| h.seq),
+            Ok(MAX_SEQ)
+        );
     }
 }

@@ -8,7 +8,7 @@ use nyx_core::Timestamp;
 use raptorq::SourceBlockEncoder;
 
 use crate::controller::{LossEstimator, Redundancy};
-use crate::packet::{MAX_ESI, SYMBOL_HEADER_LEN, SymbolHeader};
+use crate::packet::{MAX_ESI, MAX_SEQ, SYMBOL_HEADER_LEN, SymbolHeader};
 use crate::{Error, FecConfig};
 
 /// Counters of what a sender did (for reports and the simulation table).
@@ -30,8 +30,6 @@ pub struct SenderStats {
     pub requested_repair: u64,
     /// Blocks that needed a second round (a repair request was answered).
     pub second_round_blocks: u64,
-    /// Blocks acknowledged as delivered.
-    pub acknowledged: u64,
     /// Encoders built on the packet path, when repair was due ([`Sender::poll_transmit`]).
     pub encoders_inline: u64,
     /// Encoder jobs handed out ([`Sender::poll_prepare`]).
@@ -172,7 +170,7 @@ impl Sender {
         let Some(block) = self.blocks.iter_mut().find(|b| b.to_send > 0) else {
             return Ok(None);
         };
-        if self.next_seq == u32::MAX {
+        if self.next_seq > MAX_SEQ {
             return Err(Error::Exhausted {
                 what: "packet sequence numbers",
             });

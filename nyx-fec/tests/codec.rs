@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use nyx_core::Timestamp;
-use nyx_fec::packet::{MAX_FEEDBACK_LEN, SYMBOL_HEADER_LEN, SymbolHeader};
+use nyx_fec::packet::{MAX_FEEDBACK_LEN, MAX_SEQ, SYMBOL_HEADER_LEN, SymbolHeader};
 use nyx_fec::{Error, FecConfig, Receiver, Sender};
 
 const T0: Timestamp = Timestamp::ZERO;
@@ -67,6 +67,34 @@ fn small_writes_wait_at_most_the_flush_delay() {
         rx.handle_packet(&p, due).unwrap();
     }
     assert_eq!(read_all(&mut rx), b"pong");
+}
+
+#[test]
+fn sequence_numbers_at_the_top_of_the_range_are_refused_or_counted_without_overflow() {
+    let mut tx = Sender::new(config(), T0).unwrap();
+    let mut rx = Receiver::new(config()).unwrap();
+    let data: Vec<u8> = (0..2 * 16 * 64).map(|i| (i * 13) as u8).collect();
+    assert_eq!(tx.write(&data, T0).unwrap(), data.len());
+    tx.flush(T0).unwrap();
+    let packets = drain(&mut tx, T0);
+    // A peer's packet stamped u32::MAX (no sender makes one) is refused whole, before the
+    // receiver counts it: its loss accounting would have to step past u32::MAX.
+    let mut forged = packets[0].clone();
+    forged[1..5].copy_from_slice(&u32::MAX.to_be_bytes());
+    assert!(matches!(
+        rx.handle_packet(&forged, T0),
+        Err(Error::Invalid { field: "seq", .. })
+    ));
+    assert_eq!(rx.stats().packets, 0, "nothing of it was counted");
+    // The highest legal number, then the genuine packets: counted, delivered, reported.
+    let mut top = packets[0].clone();
+    top[1..5].copy_from_slice(&MAX_SEQ.to_be_bytes());
+    rx.handle_packet(&top, T0).unwrap();
+    for p in &packets {
+        rx.handle_packet(p, T0).unwrap();
+    }
+    assert_eq!(read_all(&mut rx), data);
+    assert!(feedback(&mut rx, ms(20)).is_some());
 }
 
 #[test]

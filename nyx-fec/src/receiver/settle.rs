@@ -33,13 +33,16 @@ impl Receiver {
     /// Settle every sequence number up to `highest + 1 − SETTLE_LAG`; `old_high` is the
     /// highest seen before `highest` arrived (numbers above it were not received).
     fn settle_to(&mut self, old_high: u32, highest: u32) {
-        let cutoff = (highest + 1).saturating_sub(SETTLE_LAG);
+        let cutoff = highest.saturating_add(1).saturating_sub(SETTLE_LAG);
         let word = |s: u32| ((s % SEQ_WINDOW) / 64) as usize;
         let mask = |s: u32| 1u64 << (s % 64);
         // Below the bitmap's reach nothing can have been recorded (only the first packet, or
         // a sender skipping ahead, leaves such a gap): lost, counted in one step, so a
         // forged huge sequence number costs O(1), not a loop over billions.
-        let reach = (old_high + 1).saturating_sub(SEQ_WINDOW).min(cutoff);
+        let reach = old_high
+            .saturating_add(1)
+            .saturating_sub(SEQ_WINDOW)
+            .min(cutoff);
         self.settle_lost(reach);
         // Within reach: one bit per sequence number, at most SEQ_WINDOW of them.
         let known_end = cutoff.min(old_high.saturating_add(1));
