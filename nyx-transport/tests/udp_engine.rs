@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nyx_core::Timestamp;
+use nyx_core::rate::Quota;
 use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridSecretKey;
 use nyx_crypto::link::LinkKey;
@@ -209,7 +210,7 @@ fn dialler(seed: u8, addr: SocketAddr, b: &Node, now: Timestamp) -> (Node, Vec<u
 #[test]
 fn one_source_cannot_flood_handshakes() {
     let config = UdpConfig {
-        hello_rate_per_source: 3,
+        hello_per_source: Quota::per_second(3).unwrap(),
         ..UdpConfig::default()
     };
     let mut b = node(2, B, config);

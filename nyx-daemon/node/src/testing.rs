@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use nyx_core::NodeId;
 use nyx_core::config::TransportKind;
+use nyx_core::rate::Quota;
 use nyx_overlay::OverlayConfig;
 use nyx_overlay::directory::{Directory, ExitPolicy};
 use nyx_overlay::path::PathConfig;
@@ -154,7 +155,11 @@ impl LocalTestnet {
             // Every node of a local testnet is in one /24, the UDP transport's unit for its
             // per-source HELLO limit (10/s by default): raise it so that the nodes dialling
             // each other at start do not refuse each other.
-            settings.udp.hello_rate_per_source = settings.udp.hello_rate_per_source.max(1000);
+            if let Ok(many) = Quota::per_second(1000)
+                && settings.udp.hello_per_source.burst() < many.burst()
+            {
+                settings.udp.hello_per_source = many;
+            }
             // Each node's fault shim draws its own random sequence.
             settings.faults.seed = settings.faults.seed.wrapping_add(u64::from(i));
             bound.push(BoundNode::bind(keys, settings)?);

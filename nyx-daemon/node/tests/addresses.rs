@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use nyx_core::config::TransportKind;
+use nyx_core::rate::Quota;
 use nyx_node::testing::{WebServer, node_settings};
 use nyx_node::{
     BoundNode, Directory, DirectoryPeer, ExitPolicy, Node, NodeKeys, NodeRole, NodeSettings,
@@ -45,7 +46,7 @@ async fn mixed_family_relays(transport: TransportKind, net: u8) {
             exit_policy: ExitPolicy::loopback_only(),
             ..node_settings()
         };
-        settings.udp.hello_rate_per_source = 1000;
+        settings.udp.hello_per_source = Quota::per_second(1000).unwrap();
         let b = BoundNode::bind(keys, settings).unwrap();
         let published = b.advertised_addr().unwrap();
         assert_eq!(published.ip(), *ip);

@@ -8,6 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use nyx_core::config::TransportKind;
+use nyx_core::rate::Quota;
 use nyx_node::testing::node_settings;
 use nyx_node::{
     BoundNode, Directory, DirectoryPeer, Node, NodeEvent, NodeKeys, NodeRole, NodeSettings,
@@ -62,7 +63,7 @@ async fn full_table_makes_room(transport: TransportKind, net: u8) {
     settings.udp.max_peers = TABLE;
     settings.quic.max_links = TABLE;
     // Every client is in one /24 here.
-    settings.udp.hello_rate_per_source = 1000;
+    settings.udp.hello_per_source = Quota::per_second(1000).unwrap();
     let bound = BoundNode::bind(keys, settings).unwrap();
     let descriptor = bound
         .descriptor_builder("full", 100, now, Duration::from_secs(3600))

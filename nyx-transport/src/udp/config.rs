@@ -1,8 +1,16 @@
 //! [`UdpConfig`]: the UDP transport's settings and their defaults.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
+use nyx_core::rate::Quota;
 use nyx_crypto::session::RekeyPolicy;
+
+/// The default HELLO rate and burst per source prefix.
+const TEN: NonZeroU32 = match NonZeroU32::new(10) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
 
 /// Settings of the UDP transport.
 #[derive(Debug, Clone)]
@@ -10,8 +18,9 @@ pub struct UdpConfig {
     /// HELLOs per second across all sources above which a cookie is required. Default 64;
     /// 0 always requires one.
     pub cookie_threshold: u32,
-    /// HELLOs per second accepted from one source prefix (IPv4 /24, IPv6 /48). Default 10.
-    pub hello_rate_per_source: u32,
+    /// HELLOs accepted from one source prefix (IPv4 /24, IPv6 /48): a rate and a burst.
+    /// Default 10 per second, burst 10.
+    pub hello_per_source: Quota,
     /// Wait before an unanswered HELLO is followed by a fresh one. Default 1 s.
     pub handshake_timeout: Duration,
     /// HELLOs sent before a dial fails. Default 5.
@@ -44,7 +53,7 @@ impl Default for UdpConfig {
     fn default() -> Self {
         UdpConfig {
             cookie_threshold: 64,
-            hello_rate_per_source: 10,
+            hello_per_source: Quota::new(TEN, TEN),
             handshake_timeout: Duration::from_secs(1),
             handshake_attempts: 5,
             rekey: RekeyPolicy::default(),

@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nyx_core::rate::{IpPrefix, KeyedLimiter, Quota};
+use nyx_core::rate::{IpPrefix, KeyedLimiter};
 use nyx_core::{NodeId, Timestamp};
 use nyx_crypto::hop::ReplayCache;
 use nyx_crypto::identity::IdentityKey;
@@ -187,11 +187,7 @@ impl UdpEngine {
         link_keys: Vec<LinkKey>,
         now: Timestamp,
     ) -> Result<Self, Error> {
-        let quota = Quota::per_second(config.hello_rate_per_source.max(1)).map_err(|e| {
-            Error::TlsConfig {
-                reason: e.to_string(),
-            }
-        })?;
+        let quota = config.hello_per_source;
         let max_peers = config.max_peers;
         let limiter = || {
             KeyedLimiter::new(quota, max_peers).map_err(|e| Error::TlsConfig {

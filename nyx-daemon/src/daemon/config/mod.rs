@@ -396,7 +396,9 @@ impl DaemonConfig {
         }
         s.overlay.max_limited_keys = self.limits.max_limited_keys;
         s.streams.max_streams = self.limits.max_streams_per_circuit as usize;
-        s.udp.hello_rate_per_source = self.limits.handshakes_per_prefix.per_second.ceil() as u32;
+        if let Ok(hellos) = quota(self.limits.handshakes_per_prefix) {
+            s.udp.hello_per_source = hellos;
+        }
         s.udp.max_peers = self.limits.max_links;
         s.quic.max_links = self.limits.max_links;
         s.udp.pool_bytes = self.limits.cell_pool_bytes;

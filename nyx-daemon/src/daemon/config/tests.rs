@@ -28,6 +28,36 @@ fn example_file_parses() {
     assert_eq!(c.nickname, "my-relay");
 }
 
+/// docs/configuration.md's table names every key, and the example file shows each one (set,
+/// or commented out with an example value) in its section.
+#[test]
+fn example_file_shows_every_documented_key() {
+    let docs = include_str!("../../../../docs/configuration.md");
+    let documented: Vec<&str> = docs
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+        .collect();
+    assert!(documented.len() > 40, "the key table moved: {documented:?}");
+    let example = include_str!("../../../nyx.example.toml");
+    let mut section = String::new();
+    let mut shown = Vec::new();
+    for line in example.lines() {
+        let line = line.trim_start_matches('#').trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = format!("{name}.");
+        } else if let Some((key, _)) = line.split_once(" = ")
+            && !key.contains(' ')
+        {
+            shown.push(format!("{section}{key}"));
+        }
+    }
+    let missing: Vec<&&str> = documented
+        .iter()
+        .filter(|k| !shown.iter().any(|s| s == **k))
+        .collect();
+    assert!(missing.is_empty(), "not in nyx.example.toml: {missing:?}");
+}
+
 #[test]
 fn full_file_parses() {
     let c = parse_str(
@@ -95,6 +125,23 @@ fn max_links_bounds_both_transports() {
     let c = parse_str("[limits]\nmax_links = 77\n").unwrap();
     let s = c.node_settings();
     assert_eq!((s.udp.max_peers, s.quic.max_links), (77, 77));
+}
+
+/// `limits.handshakes_per_prefix` reaches the UDP engine's per-prefix HELLO limiter, rate
+/// and burst both (the burst was once dropped, leaving it equal to the rate).
+#[test]
+fn handshake_rate_and_burst_reach_the_udp_engine() {
+    let c =
+        parse_str("[limits]\nhandshakes_per_prefix = { per_second = 2.5, burst = 40 }\n").unwrap();
+    let q = c.node_settings().udp.hello_per_source;
+    assert_eq!(q.burst(), 40);
+    assert_eq!(q.interval(), Duration::from_millis(400));
+    let d = DaemonConfig::default().node_settings().udp.hello_per_source;
+    assert_eq!(
+        (d.burst(), d.interval()),
+        (10, Duration::from_millis(200)),
+        "the documented default, 5/s, burst 10"
+    );
 }
 
 /// What a network simulator needs: plain socket I/O, an abstract control socket name or
