@@ -267,6 +267,7 @@ async fn control_api_cli_reload_and_metrics() {
         "nyx_cells_relayed_total{direction=\"forward\"}",
         "nyx_queue_depth{queue=\"inbound\"}",
         "nyx_socks_connections_total",
+        "nyx_socks_handshakes_aborted_total",
         "nyx_directory_relays",
     ] {
         assert!(m.values.contains_key(key), "{key} not in {:?}", m.values);

@@ -84,6 +84,7 @@ impl EntryStats {
             self.succeeded,
             self.malformed,
             self.timeouts,
+            self.aborted,
             self.over_limit,
         ];
         for ((name, help), value) in names.counters.into_iter().zip(values) {
@@ -98,10 +99,11 @@ impl EntryStats {
     }
 }
 
-/// An entry's metric names and help texts: five counters (accepted, succeeded, malformed,
-/// handshake timeouts, over the limit), the failures by reason and the active gauge.
+/// An entry's metric names and help texts: six counters (accepted, succeeded, malformed,
+/// handshake timeouts, handshakes the client left, over the limit), the failures by reason
+/// and the active gauge.
 struct MetricNames {
-    counters: [(&'static str, &'static str); 5],
+    counters: [(&'static str, &'static str); 6],
     failed: (&'static str, &'static str),
     active: (&'static str, &'static str),
 }
@@ -120,6 +122,10 @@ const SOCKS_METRICS: MetricNames = MetricNames {
         (
             "nyx_socks_handshake_timeouts_total",
             "SOCKS clients that did not finish their handshake in time.",
+        ),
+        (
+            "nyx_socks_handshakes_aborted_total",
+            "SOCKS clients that closed their connection before the handshake ended.",
         ),
         (
             "nyx_socks_over_limit_total",
@@ -150,6 +156,10 @@ const HTTP_CONNECT_METRICS: MetricNames = MetricNames {
         (
             "nyx_http_connect_handshake_timeouts_total",
             "HTTP CONNECT clients that did not send their request in time.",
+        ),
+        (
+            "nyx_http_connect_handshakes_aborted_total",
+            "HTTP CONNECT clients that closed their connection before the answer.",
         ),
         (
             "nyx_http_connect_over_limit_total",
