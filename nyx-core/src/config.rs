@@ -97,11 +97,13 @@ impl RateConfig {
 pub struct LimitsConfig {
     /// Most links (peer connections) open at once. Default: 1024.
     pub max_links: usize,
-    /// Most circuits through or from this node at once. Default: 8192.
+    /// Most circuits this node relays at once (its own circuits are not counted). Default:
+    /// 8192.
     pub max_circuits: usize,
     /// Most streams on one circuit (at most 65535). Default: 256.
     pub max_streams_per_circuit: u32,
-    /// Memory cap of the cell buffer pool in bytes (at least 64 KiB). Default: 64 MiB.
+    /// Memory cap of the UDP transport's datagram buffer pool in bytes (at least 64 KiB).
+    /// Default: 64 MiB.
     pub cell_pool_bytes: usize,
     /// Cells a peer may send over its link. Default: 200000/s (about 230 MB/s), burst 20000.
     pub link_cells: RateConfig,
@@ -109,10 +111,10 @@ pub struct LimitsConfig {
     pub circuit_cells: RateConfig,
     /// Circuits a peer may ask this node to create. Default: 10/s, burst 20.
     pub circuit_creates: RateConfig,
-    /// Link handshakes from one source IP prefix (/24 for IPv4, /48 for IPv6), checked before
-    /// any expensive cryptography. Default: 5/s, burst 10.
+    /// Link handshakes (UDP HELLOs) from one source IP prefix (/24 for IPv4, /48 for IPv6),
+    /// checked before any expensive cryptography. Default: 5/s, burst 10.
     pub handshakes_per_prefix: RateConfig,
-    /// Most keys (peers, prefixes, circuits) each keyed limiter tracks; see
+    /// Most peers the overlay's per-peer limiters (link cells, circuit creates) track; see
     /// [`KeyedLimiter`](crate::rate::KeyedLimiter). Default: 65536.
     pub max_limited_keys: usize,
 }

@@ -1,7 +1,5 @@
 //! The one error type of nyx-core.
 
-use crate::rate::Denied;
-
 /// Everything that can go wrong in nyx-core.
 ///
 /// Each variant carries enough context to be understood in a log line without the call site.
@@ -42,10 +40,6 @@ pub enum Error {
         /// Why the value was refused.
         reason: String,
     },
-
-    /// A rate limiter refused the request.
-    #[error("rate limited: {0}")]
-    RateLimited(#[from] Denied),
 
     /// Text that should hold an identifier did not parse.
     #[error("invalid {kind}: {reason}")]

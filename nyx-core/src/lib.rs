@@ -2,8 +2,8 @@
 //!
 //! What it is for:
 //!
-//! * [`buf`]: fixed-size buffer pools for cells and datagrams, bounded in memory, sharded per
-//!   thread, with no heap allocation per acquire/release in steady state.
+//! * [`buf`]: fixed-size buffer pools (the UDP transport's datagram buffers), bounded in
+//!   memory, sharded per thread, with no heap allocation per acquire/release in steady state.
 //! * [`rate`]: a lock-free GCRA rate limiter in one atomic word, and a keyed limiter (per peer,
 //!   per IP prefix, per circuit) whose memory strangers cannot grow.
 //! * [`id`]: [`NodeId`], the identity of a node.

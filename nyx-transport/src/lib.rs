@@ -24,7 +24,8 @@
 //! * [`socket`]: the datagram socket under both: batched where the system allows it, one
 //!   datagram per system call where it refuses (network simulators such as Shadow).
 //! * [`fault`]: the seeded fault-injection shim (loss, delay, reordering, duplication) that
-//!   tests of this crate and the overlay put between real sockets.
+//!   this crate's tests, the node (nyx-node, for its tests and benches) and the benches put
+//!   between real sockets.
 //!
 //! What it is not for: onion layers, circuits or streams (nyx-crypto, nyx-overlay), or
 //! deciding which links to keep: the node (nyx-node) opens links when its overlay asks for

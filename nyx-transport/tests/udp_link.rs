@@ -125,7 +125,7 @@ async fn handshake_and_cells_between_real_sockets() {
     assert_eq!(at_b, (0..200).collect::<Vec<_>>());
     assert_eq!(at_a, (0..200).collect::<Vec<_>>());
 
-    // Per-link counters, as the daemon's metrics read them.
+    // Per-link counters, as an embedder reads them.
     let (tx, rx) = tokio::sync::oneshot::channel();
     a.commands.send(UdpCommand::Stats(tx)).await.unwrap();
     let snapshot = rx.await.unwrap();

@@ -1,5 +1,6 @@
-//! Fixed-size buffer pools for cells and datagrams, bounded in memory and free of heap
-//! allocation in steady state.
+//! Fixed-size buffer pools, bounded in memory and free of heap allocation in steady state.
+//! NyxNet's UDP transport takes every datagram it receives or sends from one (the overlay
+//! keeps cells in its own arena, `nyx_overlay::circuit::CellArena`).
 //!
 //! A [`BufferPool`] hands out [`PooledBuf`]s of one size chosen at creation. A handle derefs to
 //! `&mut [u8]`, can be [frozen](PooledBuf::freeze) into a cheaply cloneable [`Bytes`], and

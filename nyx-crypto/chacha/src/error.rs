@@ -13,12 +13,6 @@ pub enum Error {
         /// The message length.
         len: usize,
     },
-    /// A tag of the wrong length was given.
-    #[error("tag must be 16 bytes, got {len}")]
-    BadTagLength {
-        /// The length given.
-        len: usize,
-    },
     /// The keystream would run past block 2^32 − 1 and repeat.
     #[error("keystream exhausted: byte {offset} is past ChaCha20's 32-bit block counter")]
     KeystreamExhausted {

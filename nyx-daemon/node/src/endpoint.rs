@@ -359,6 +359,7 @@ fn report(mux: &StreamMux, exit: bool, now: Timestamp) {
         congestion_events = s.congestion_events,
         fec_packets = s.fec_packets,
         fec_source = s.fec_source_symbols,
+        fec_blocks = s.fec_blocks,
         fec_requested = s.fec_requested_repair,
         encoders_inline = s.fec_encoders_inline,
         encoders_prepared = s.fec_encoders_prepared,

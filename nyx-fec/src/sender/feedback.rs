@@ -29,7 +29,6 @@ impl Sender {
             if front.informed {
                 self.controller.on_block(front.second_round);
             }
-            self.stats.acknowledged += 1;
             if let Some(gone) = self.blocks.pop_front() {
                 self.blocks_bytes -= gone.data.len();
             }

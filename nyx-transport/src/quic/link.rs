@@ -17,7 +17,9 @@ use super::control::{QuicControl, is_control};
 use crate::Error;
 use crate::link::{Inbound, Message};
 
-/// Per-link counters, plain data for the daemon's metrics.
+/// Per-link counters, for an embedder that watches its links (and for tests). The daemon's
+/// metrics show no counter per link, so as not to expose which peers a node talks to
+/// (docs/telemetry.md).
 #[derive(Debug, Default)]
 pub struct LinkCounters {
     /// Cells sent.

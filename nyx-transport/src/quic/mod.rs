@@ -3,9 +3,9 @@
 //!
 //! TLS is [`crate::identity_tls`] (peers verified by `NodeId`) over [`crate::pq_kx`]
 //! (X25519MLKEM768 only); a link is up when TLS completes. Every cell send checks
-//! `max_datagram_size()`, which changes with the path MTU. Cells go out as `bytes::Bytes` (a
-//! pooled buffer frozen with `nyx_core::buf::PooledBuf::freeze` goes out without a copy);
-//! quinn hands received datagrams over as its own `Bytes`. Control messages are made
+//! `max_datagram_size()`, which changes with the path MTU. Cells go out as `bytes::Bytes`
+//! (quinn copies them into its packet buffer); quinn hands received datagrams over as its
+//! own `Bytes`. Control messages are made
 //! reliable by the link itself ([`QuicControl`]): cut into chunks that leave as datagrams of
 //! the cell size, acknowledged and resent, so an observer of the link's packet sizes does
 //! not see circuit setup apart from data. The task that drives a link

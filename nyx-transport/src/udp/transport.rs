@@ -82,7 +82,8 @@ pub enum UdpCommand {
 pub struct UdpSnapshot {
     /// Transport-wide counters.
     pub transport: UdpStats,
-    /// Each link: its address, peer and counters.
+    /// Each link: its address, peer and counters (for an embedder that watches its links;
+    /// the daemon's metrics show nothing per link, docs/telemetry.md).
     pub links: Vec<(SocketAddr, NodeId, LinkStats)>,
     /// The socket's own counters.
     pub socket: SocketStats,

@@ -434,6 +434,11 @@ fn lossy_run(loss: f64) -> (f64, MuxStats) {
     }
     let s = sim.client(0).stats();
     let overhead = s.fec_packets as f64 / s.fec_source_symbols as f64;
+    // Every block holds 1 to 2 048 source symbols (the default cap).
+    assert!(
+        s.fec_blocks >= s.fec_source_symbols.div_ceil(2048) && s.fec_blocks <= s.fec_source_symbols,
+        "{s:?}"
+    );
     assert!(s.lost > 0, "loss was applied: {s:?}");
     assert!(sim.forward.random_loss > 0);
     eprintln!(

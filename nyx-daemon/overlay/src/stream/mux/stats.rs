@@ -33,6 +33,9 @@ pub struct MuxStats {
     /// Source symbols those carried data for: `fec_packets / fec_source_symbols` is the
     /// FEC overhead (1.0 = none).
     pub fec_source_symbols: u64,
+    /// FEC blocks those made up: `fec_source_symbols / fec_blocks` is the mean block size
+    /// in symbols (a bulk sender's blocks follow what it has in flight).
+    pub fec_blocks: u64,
     /// Repair symbols sent in answer to requests (second rounds).
     pub fec_requested_repair: u64,
     /// RaptorQ encoders built on the packet path, when a block's repair was due.
@@ -73,6 +76,7 @@ impl MuxStats {
         self.streams_reset += o.streams_reset;
         self.fec_packets += o.fec_packets;
         self.fec_source_symbols += o.fec_source_symbols;
+        self.fec_blocks += o.fec_blocks;
         self.fec_requested_repair += o.fec_requested_repair;
         self.fec_encoders_inline += o.fec_encoders_inline;
         self.fec_encoders_prepared += o.fec_encoders_prepared;
@@ -112,6 +116,7 @@ impl StreamMux {
         }
         s.fec_packets = fec.packets;
         s.fec_source_symbols = fec.source_symbols;
+        s.fec_blocks = fec.blocks;
         s.fec_requested_repair = fec.requested_repair;
         s.fec_encoders_inline = fec.encoders_inline;
         s.fec_encoders_prepared = fec.encoders_prepared;
@@ -130,6 +135,7 @@ impl StreamMux {
 pub(super) struct FecTotals {
     packets: u64,
     source_symbols: u64,
+    blocks: u64,
     requested_repair: u64,
     encoders_inline: u64,
     encoders_prepared: u64,
@@ -139,6 +145,7 @@ impl FecTotals {
     pub(super) fn add(&mut self, t: &nyx_fec::SenderStats) {
         self.packets += t.packets;
         self.source_symbols += t.source_symbols;
+        self.blocks += t.blocks;
         self.requested_repair += t.requested_repair;
         self.encoders_inline += t.encoders_inline;
         self.encoders_prepared += t.encoders_prepared;
