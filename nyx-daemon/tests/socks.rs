@@ -322,6 +322,11 @@ async fn bad_clients_get_their_answer_and_the_server_keeps_serving() {
     assert_eq!(status_of(answer), "HTTP/1.1 403 Forbidden");
     let answer = exchange_at(tunnel, connect(format!("127.0.0.1:{}", closed.port()))).await;
     assert_eq!(status_of(answer), "HTTP/1.1 502 Bad Gateway");
+    // A 253-character host name (the parser's limit) makes a target over the 255 bytes a
+    // stream's OPEN carries: refused at once as a bad request, before any circuit.
+    let long = format!("{}.org:80", "a".repeat(249));
+    let answer = exchange_at(tunnel, connect(long)).await;
+    assert_eq!(status_of(answer), "HTTP/1.1 400 Bad Request");
     let small = format!("127.0.0.1:{}", f.http.port());
     let small_get = b"GET /small HTTP/1.0\r\n\r\n";
     let (mut conn, head) = timeout(LONG, entries::connect_open(tunnel, &small, small_get))
@@ -372,9 +377,10 @@ async fn bad_clients_get_their_answer_and_the_server_keeps_serving() {
     assert_eq!(t.failed_with(Reply::GeneralFailure), 2, "{t:?}");
     assert_eq!(t.failed_with(Reply::NotAllowed), 1, "{t:?}");
     assert_eq!(t.failed_with(Reply::ConnectionRefused), 1, "{t:?}");
+    assert_eq!(t.failed_with(Reply::AddressTypeNotSupported), 1, "{t:?}");
     assert_eq!(
         (t.failed_total(), t.accepted, t.aborted),
-        (5, 8, 1),
+        (6, 9, 1),
         "{t:?}"
     );
 }

@@ -99,6 +99,16 @@ impl NodeHandle {
         group: &IsolationGroup,
     ) -> Result<NyxStream, Error> {
         let parsed = target.into_target()?;
+        // A host name the parsers accept (up to 253 bytes) can still make a target longer
+        // than a stream's OPEN carries: refuse it before a circuit is built for it.
+        let text = parsed.to_string();
+        if text.len() > nyx_overlay::stream::wire::MAX_TARGET_LEN {
+            return Err(nyx_overlay::Error::BadTarget {
+                target: text,
+                reason: "host:port longer than the 255 bytes a stream's OPEN carries",
+            }
+            .into());
+        }
         let span = crate::spans::stream_open();
         let mut attempts = 0;
         let result = self

@@ -379,6 +379,20 @@ async fn exits_refuse_what_their_policy_denies_and_report_connect_failures() {
             other => panic!("expected a bad target for {bad:?}, got {other:?}"),
         }
     }
+    // A host name the parsers take (253 characters) but a target too long for a stream's
+    // OPEN: refused before a circuit is built for it (a fresh isolation group has none).
+    let long = format!("{}.org:80", "a".repeat(249));
+    let before = built().await;
+    match client
+        .connect_isolated(long.as_str(), &IsolationGroup::new("long"))
+        .await
+    {
+        Err(e @ Error::Overlay(nyx_overlay::Error::BadTarget { .. })) => {
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        }
+        other => panic!("expected a bad target, got {other:?}"),
+    }
+    assert_eq!(built().await, before, "no circuit was built for it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -94,7 +94,8 @@ fn hex_digit(n: u8) -> char {
 /// | `TargetUnreachable` (stream reset: unreachable or unresolvable) | 0x04 host unreachable |
 /// | `Timeout` (stream reset: timeout) | 0x06 TTL expired |
 /// | `NoPath`, `CircuitFailed` (no path, every build attempt failed) | 0x03 network unreachable |
-/// | anything else (bad target, circuit lost, resource limit, node stopped) | 0x01 general failure |
+/// | `InvalidInput` (a target the node refuses as given: host:port over 255 bytes) | 0x08 address type not supported |
+/// | anything else (circuit lost, resource limit, node stopped) | 0x01 general failure |
 ///
 /// [`NodeHandle::connect_isolated`]: nyx_node::NodeHandle::connect_isolated
 pub fn reply_for_error(error: &nyx_node::Error) -> Reply {
@@ -104,6 +105,8 @@ pub fn reply_for_error(error: &nyx_node::Error) -> Reply {
         ErrorKind::TargetUnreachable => Reply::HostUnreachable,
         ErrorKind::Timeout => Reply::TtlExpired,
         ErrorKind::NoPath | ErrorKind::CircuitFailed => Reply::NetworkUnreachable,
+        // A target the node refuses as given (a host:port too long for a stream's OPEN).
+        ErrorKind::InvalidInput => Reply::AddressTypeNotSupported,
         _ => Reply::GeneralFailure,
     }
 }

@@ -255,7 +255,7 @@ fn connect_errors_map_to_the_documented_replies() {
                 reason: "bad",
             }
             .into(),
-            Reply::GeneralFailure,
+            Reply::AddressTypeNotSupported,
         ),
         (Error::NodeStopped, Reply::GeneralFailure),
     ];
