@@ -57,8 +57,8 @@ pub use otel::MetricsRecorder;
 use otel::OtelPipeline;
 pub use otel::outage::MAX_BACKOFF as OTLP_MAX_BACKOFF;
 pub use otel::settings::{
-    DEFAULT_EXPORT_INTERVAL, DEFAULT_SERVICE_NAME, MIN_EXPORT_INTERVAL, OtlpSettings,
-    check_endpoint, process_env,
+    DEFAULT_EXPORT_INTERVAL, DEFAULT_SERVICE_NAME, MAX_EXPORT_INTERVAL, MIN_EXPORT_INTERVAL,
+    OtlpSettings, check_endpoint, process_env,
 };
 pub use process::process_metrics;
 

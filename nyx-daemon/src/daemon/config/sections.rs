@@ -207,13 +207,18 @@ impl TelemetryConfig {
         {
             p.push(("telemetry.service_name", "must not be empty".to_owned()));
         }
-        if let Some(interval) = self.export_interval
-            && interval < crate::telemetry::MIN_EXPORT_INTERVAL
-        {
-            p.push((
-                "telemetry.export_interval",
-                format!("{interval:?} is shorter than 100ms"),
-            ));
+        if let Some(interval) = self.export_interval {
+            if interval < crate::telemetry::MIN_EXPORT_INTERVAL {
+                p.push((
+                    "telemetry.export_interval",
+                    format!("{interval:?} is shorter than 100ms"),
+                ));
+            } else if interval > crate::telemetry::MAX_EXPORT_INTERVAL {
+                p.push((
+                    "telemetry.export_interval",
+                    format!("{interval:?} is longer than a day"),
+                ));
+            }
         }
         p
     }

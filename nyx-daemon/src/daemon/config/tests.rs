@@ -318,6 +318,13 @@ fn every_section_reports_its_problems_with_their_keys() {
     assert!(text.contains("Unix sockets allow at most 107"), "{text}");
     assert!(text.contains("burst must be at least 1"), "{text}");
     assert!(text.contains("\"inf\" is not one of"), "{text}");
+    let err = parse_str("[telemetry]\nexport_interval = \"2days\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("telemetry.export_interval") && err.contains("longer than a day"),
+        "{err}"
+    );
 }
 
 #[test]

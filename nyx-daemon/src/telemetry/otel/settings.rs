@@ -20,6 +20,9 @@ pub const DEFAULT_SERVICE_NAME: &str = "nyx-daemon";
 pub const DEFAULT_EXPORT_INTERVAL: Duration = Duration::from_secs(10);
 /// The shortest export interval accepted, from either source.
 pub const MIN_EXPORT_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest export interval accepted, from either source: a day (an interval of
+/// centuries would overflow the runtime's clock when the timer is set).
+pub const MAX_EXPORT_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// The longest one export may take (connect included) unless `OTEL_EXPORTER_OTLP_TIMEOUT`
 /// says otherwise.
 const MAX_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,6 +124,11 @@ impl OtlpSettings {
                 if interval < MIN_EXPORT_INTERVAL {
                     return Err(format!(
                         "OTEL_METRIC_EXPORT_INTERVAL={ms:?} is shorter than 100 ms"
+                    ));
+                }
+                if interval > MAX_EXPORT_INTERVAL {
+                    return Err(format!(
+                        "OTEL_METRIC_EXPORT_INTERVAL={ms:?} is longer than a day"
                     ));
                 }
                 interval
@@ -314,7 +322,7 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("only \"grpc\""), "{err}");
         assert!(resolve(&configured(), &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).is_ok());
-        for bad in ["soon", "50", "-1"] {
+        for bad in ["soon", "50", "-1", "86400001", "18446744073709551615"] {
             let err = resolve(&configured(), &[("OTEL_METRIC_EXPORT_INTERVAL", bad)]).unwrap_err();
             assert!(err.contains("OTEL_METRIC_EXPORT_INTERVAL"), "{err}");
         }
