@@ -99,16 +99,6 @@ impl NodeHandle {
         group: &IsolationGroup,
     ) -> Result<NyxStream, Error> {
         let parsed = target.into_target()?;
-        // A host name the parsers accept (up to 253 bytes) can still make a target longer
-        // than a stream's OPEN carries: refuse it before a circuit is built for it.
-        let text = parsed.to_string();
-        if text.len() > nyx_overlay::stream::wire::MAX_TARGET_LEN {
-            return Err(nyx_overlay::Error::BadTarget {
-                target: text,
-                reason: "host:port longer than the 255 bytes a stream's OPEN carries",
-            }
-            .into());
-        }
         let span = crate::spans::stream_open();
         let mut attempts = 0;
         let result = self
@@ -130,6 +120,15 @@ impl NodeHandle {
         attempts: &mut u32,
     ) -> Result<NyxStream, Error> {
         let text = parsed.to_string();
+        // A host name the parsers accept (up to 253 bytes) can still make a target longer
+        // than a stream's OPEN carries: refuse it before a circuit is built for it.
+        if text.len() > nyx_overlay::stream::wire::MAX_TARGET_LEN {
+            return Err(nyx_overlay::Error::BadTarget {
+                target: text,
+                reason: "host:port longer than the 255 bytes a stream's OPEN carries",
+            }
+            .into());
+        }
         let deadline = tokio::time::Instant::now() + self.streams.open_timeout;
         let mut tried: Vec<Endpoint> = Vec::new();
         let mut last = Error::NodeStopped;
