@@ -1,6 +1,6 @@
 //! The x86-64 kernels: eight ChaCha20 blocks at once, one block per 32-bit lane of 256-bit
-//! vectors, with Poly1305 absorbed between the double rounds; on AVX2, four blocks (two per
-//! vector) for the last one to four blocks a message needs; on AVX-512, sixteen blocks in
+//! vectors, with Poly1305 absorbed between the double rounds; four blocks (two per vector)
+//! for the last one to four blocks a message needs; on AVX-512, sixteen blocks in
 //! 512-bit vectors for long keystream; and on AVX-512 IFMA, Poly1305 itself four blocks at a
 //! time in vector lanes.
 //!
@@ -58,11 +58,10 @@ impl Simd {
             .map(|simd| Simd { ifma: true, ..simd })
     }
 
-    /// Keystream blocks from `counter` for `job`: eight, or sixteen when `wanted` asks for
-    /// more than eight, no MAC rides along and the CPU has 512-bit vectors, or four when
-    /// `wanted` is at most four and the CPU has AVX2 only (the AVX-512 builds have no
-    /// four-block kernel: no CPU with AVX-512 was at hand to measure one). The MAC's whole
-    /// 16-byte blocks are absorbed between the rounds. Returns the number of blocks.
+    /// Keystream blocks from `counter` for `job`: four when `wanted` is at most four,
+    /// sixteen when it asks for more than eight, no MAC rides along and the CPU has 512-bit
+    /// vectors, else eight. The MAC's whole 16-byte blocks are absorbed between the rounds.
+    /// Returns the number of blocks.
     #[inline]
     pub(crate) fn batch(
         self,
@@ -72,21 +71,25 @@ impl Simd {
         job: &mut Job<'_>,
     ) -> usize {
         let with_mac = matches!(job, Job::Xor(Xor { mac: Some(_), .. }));
-        let sixteen = self.batch_len(wanted, with_mac) == 16;
+        let len = self.batch_len(wanted, with_mac);
         match (self.vl, self.ifma) {
             // SAFETY: `vl` is true only in a `Simd` made by `avx512vl()` (or from one by
             // `avx512ifma()`), which saw this CPU report AVX2, AVX-512F and AVX-512VL: every
             // feature `avx512vl::*` enables.
-            (true, _) if sixteen => unsafe { avx512vl::batch16(state, counter, job) },
+            (true, _) if len == 16 => unsafe { avx512vl::batch16(state, counter, job) },
             // SAFETY: `ifma` is true only in a `Simd` made by `avx512ifma()`, which saw this
             // CPU report those features and AVX-512 IFMA: every feature `avx512ifma::*`
             // enables.
+            (true, true) if len == 4 => unsafe { avx512ifma::batch4(state, counter, job) },
+            // SAFETY: as for `avx512ifma::batch4`.
             (true, true) => unsafe { avx512ifma::batch8(state, counter, job) },
+            // SAFETY: as for `batch16`.
+            (true, false) if len == 4 => unsafe { avx512vl::batch4(state, counter, job) },
             // SAFETY: as for `batch16`.
             (true, false) => unsafe { avx512vl::batch8(state, counter, job) },
             // SAFETY: every `Simd` was made by one of the constructors, and all saw this CPU
             // report AVX2, the one feature `avx2::batch4` enables.
-            (false, _) if wanted <= 4 => unsafe { avx2::batch4(state, counter, job) },
+            (false, _) if len == 4 => unsafe { avx2::batch4(state, counter, job) },
             // SAFETY: as for `avx2::batch4`; AVX2 is the one feature `avx2::batch8` enables.
             (false, _) => unsafe { avx2::batch8(state, counter, job) },
         }
@@ -95,10 +98,10 @@ impl Simd {
     /// See [`Simd::batch`].
     #[inline]
     pub(crate) fn batch_len(self, wanted: usize, with_mac: bool) -> usize {
-        if self.vl && !with_mac && wanted > 8 {
-            16
-        } else if !self.vl && wanted <= 4 {
+        if wanted <= 4 {
             4
+        } else if self.vl && !with_mac && wanted > 8 {
+            16
         } else {
             8
         }
@@ -312,6 +315,121 @@ macro_rules! kernel {
                 }
             }
         }
+
+        /// Four blocks, for the last few of a message: two per set of four vectors, each
+        /// vector holding one row of the 4x4 state of two blocks (one per 128-bit half), so the
+        /// diagonal round is a rotation of three rows within each half (`vpshufd`). A double
+        /// round takes 38 vector operations for two blocks where [`batch8`] takes 32 (on AVX2,
+        /// whose rotations by 12 and 7 take three), but an eight-block batch for a tail of one
+        /// to four blocks computes two to eight times the blocks needed: a 1152-byte cell sealed
+        /// needs 19 blocks, and gets 20 instead of 24. The two sets are independent, so their
+        /// chains interleave. Every build has it; on Zen 4 (AVX-512 IFMA) it took 6-8% off a
+        /// 1152-byte seal, open and keystream (docs/benchmarks.md, session 28).
+        #[target_feature(enable = $features)]
+        pub(super) fn batch4(state: &[u32; 16], counter: u32, job: &mut Job<'_>) -> usize {
+            let row = |i: usize| {
+                let w = |j: usize| state[4 * i + j] as i32;
+                _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(0), w(1), w(2), w(3))
+            };
+            // Word 12 is the block counter: blocks `counter + 2s` and `counter + 2s + 1` in
+            // set `s` (lower and upper half).
+            let d = |first: u32| {
+                let d = row(3);
+                let c =
+                    _mm256_setr_epi32(first as i32, 0, 0, 0, first.wrapping_add(1) as i32, 0, 0, 0);
+                _mm256_blend_epi32::<0b0001_0001>(d, c)
+            };
+            let mut input = [
+                row(0),
+                row(1),
+                row(2),
+                d(counter),
+                row(0),
+                row(1),
+                row(2),
+                d(counter.wrapping_add(2)),
+            ];
+            let mut x = input;
+            if let Job::Xor(Xor {
+                buf,
+                mac: Some((poly, range)),
+                ..
+            }) = job
+            {
+                let mut mac = $mac::start(poly, &buf[range.clone()]);
+                for round in 0..10 {
+                    double_round_rows(&mut x);
+                    mac.round(round);
+                }
+                mac.finish();
+            } else {
+                for _ in 0..10 {
+                    double_round_rows(&mut x);
+                }
+            }
+            // Feed forward, then block `2s + h` of set `s` (half `h`) is rows 0-1 and 2-3 of
+            // that half: lanes `4s + 2h` and `4s + 2h + 1`.
+            let mut lanes = [_mm256_setzero_si256(); 8];
+            for s in 0..2 {
+                let v: [__m256i; 4] =
+                    std::array::from_fn(|r| _mm256_add_epi32(x[4 * s + r], input[4 * s + r]));
+                lanes[4 * s] = _mm256_permute2x128_si256::<0x20>(v[0], v[1]);
+                lanes[4 * s + 1] = _mm256_permute2x128_si256::<0x20>(v[2], v[3]);
+                lanes[4 * s + 2] = _mm256_permute2x128_si256::<0x31>(v[0], v[1]);
+                lanes[4 * s + 3] = _mm256_permute2x128_si256::<0x31>(v[2], v[3]);
+            }
+            match job {
+                Job::Keep(out) => out[..8].copy_from_slice(&lanes),
+                Job::Xor(xor) => emit(&mut lanes, xor),
+            }
+            // As in `batch8`: the input rows hold the key, and `x` inverts back to it.
+            zeroize::Zeroize::zeroize(&mut input);
+            zeroize::Zeroize::zeroize(&mut x);
+            4
+        }
+
+        /// A column round on rows `x[0..4]` and `x[4..8]` (two blocks each), then the diagonal
+        /// round: rows 1, 2 and 3 rotated left by one, two and three words within each half so
+        /// that the diagonals line up as columns, and back.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn double_round_rows(x: &mut [__m256i; 8]) {
+            rows_round(x);
+            for s in [0, 4] {
+                x[s + 1] = _mm256_shuffle_epi32::<0x39>(x[s + 1]);
+                x[s + 2] = _mm256_shuffle_epi32::<0x4e>(x[s + 2]);
+                x[s + 3] = _mm256_shuffle_epi32::<0x93>(x[s + 3]);
+            }
+            rows_round(x);
+            for s in [0, 4] {
+                x[s + 1] = _mm256_shuffle_epi32::<0x93>(x[s + 1]);
+                x[s + 2] = _mm256_shuffle_epi32::<0x4e>(x[s + 2]);
+                x[s + 3] = _mm256_shuffle_epi32::<0x39>(x[s + 3]);
+            }
+        }
+
+        /// The quarter round on the four columns of both sets at once, the two sets' steps
+        /// interleaved.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn rows_round(x: &mut [__m256i; 8]) {
+            for s in [0, 4] {
+                x[s] = _mm256_add_epi32(x[s], x[s + 1]);
+                x[s + 3] = rotl16(_mm256_xor_si256(x[s + 3], x[s]));
+            }
+            for s in [0, 4] {
+                x[s + 2] = _mm256_add_epi32(x[s + 2], x[s + 3]);
+                x[s + 1] = rotl12(_mm256_xor_si256(x[s + 1], x[s + 2]));
+            }
+            for s in [0, 4] {
+                x[s] = _mm256_add_epi32(x[s], x[s + 1]);
+                x[s + 3] = rotl8(_mm256_xor_si256(x[s + 3], x[s]));
+            }
+            for s in [0, 4] {
+                x[s + 2] = _mm256_add_epi32(x[s + 2], x[s + 3]);
+                x[s + 1] = rotl7(_mm256_xor_si256(x[s + 1], x[s + 2]));
+            }
+        }
     };
 }
 
@@ -320,118 +438,6 @@ mod avx2 {
     use super::ScalarMac;
 
     kernel!("avx2", ScalarMac);
-
-    /// Four blocks, for the last few of a message: two per set of four vectors, each
-    /// vector holding one row of the 4x4 state of two blocks (one per 128-bit half), so the
-    /// diagonal round is a rotation of three rows within each half (`vpshufd`). A double
-    /// round takes 38 vector operations for two blocks where [`batch8`] takes 32, but an
-    /// eight-block batch for a tail of one to four blocks computes two to eight times the
-    /// blocks needed: a 1152-byte cell sealed needs 19 blocks, and gets 20 instead of 24.
-    /// The two sets are independent, so their chains interleave.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn batch4(state: &[u32; 16], counter: u32, job: &mut Job<'_>) -> usize {
-        let row = |i: usize| {
-            let w = |j: usize| state[4 * i + j] as i32;
-            _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(0), w(1), w(2), w(3))
-        };
-        // Word 12 is the block counter: blocks `counter + 2s` and `counter + 2s + 1` in
-        // set `s` (lower and upper half).
-        let d = |first: u32| {
-            let d = row(3);
-            let c = _mm256_setr_epi32(first as i32, 0, 0, 0, first.wrapping_add(1) as i32, 0, 0, 0);
-            _mm256_blend_epi32::<0b0001_0001>(d, c)
-        };
-        let mut input = [
-            row(0),
-            row(1),
-            row(2),
-            d(counter),
-            row(0),
-            row(1),
-            row(2),
-            d(counter.wrapping_add(2)),
-        ];
-        let mut x = input;
-        if let Job::Xor(Xor {
-            buf,
-            mac: Some((poly, range)),
-            ..
-        }) = job
-        {
-            let mut mac = ScalarMac::start(poly, &buf[range.clone()]);
-            for round in 0..10 {
-                double_round_rows(&mut x);
-                mac.round(round);
-            }
-            mac.finish();
-        } else {
-            for _ in 0..10 {
-                double_round_rows(&mut x);
-            }
-        }
-        // Feed forward, then block `2s + h` of set `s` (half `h`) is rows 0-1 and 2-3 of
-        // that half: lanes `4s + 2h` and `4s + 2h + 1`.
-        let mut lanes = [_mm256_setzero_si256(); 8];
-        for s in 0..2 {
-            let v: [__m256i; 4] =
-                std::array::from_fn(|r| _mm256_add_epi32(x[4 * s + r], input[4 * s + r]));
-            lanes[4 * s] = _mm256_permute2x128_si256::<0x20>(v[0], v[1]);
-            lanes[4 * s + 1] = _mm256_permute2x128_si256::<0x20>(v[2], v[3]);
-            lanes[4 * s + 2] = _mm256_permute2x128_si256::<0x31>(v[0], v[1]);
-            lanes[4 * s + 3] = _mm256_permute2x128_si256::<0x31>(v[2], v[3]);
-        }
-        match job {
-            Job::Keep(out) => out[..8].copy_from_slice(&lanes),
-            Job::Xor(xor) => emit(&mut lanes, xor),
-        }
-        // As in `batch8`: the input rows hold the key, and `x` inverts back to it.
-        zeroize::Zeroize::zeroize(&mut input);
-        zeroize::Zeroize::zeroize(&mut x);
-        4
-    }
-
-    /// A column round on rows `x[0..4]` and `x[4..8]` (two blocks each), then the diagonal
-    /// round: rows 1, 2 and 3 rotated left by one, two and three words within each half so
-    /// that the diagonals line up as columns, and back.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn double_round_rows(x: &mut [__m256i; 8]) {
-        rows_round(x);
-        for s in [0, 4] {
-            x[s + 1] = _mm256_shuffle_epi32::<0x39>(x[s + 1]);
-            x[s + 2] = _mm256_shuffle_epi32::<0x4e>(x[s + 2]);
-            x[s + 3] = _mm256_shuffle_epi32::<0x93>(x[s + 3]);
-        }
-        rows_round(x);
-        for s in [0, 4] {
-            x[s + 1] = _mm256_shuffle_epi32::<0x93>(x[s + 1]);
-            x[s + 2] = _mm256_shuffle_epi32::<0x4e>(x[s + 2]);
-            x[s + 3] = _mm256_shuffle_epi32::<0x39>(x[s + 3]);
-        }
-    }
-
-    /// The quarter round on the four columns of both sets at once, the two sets' steps
-    /// interleaved.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn rows_round(x: &mut [__m256i; 8]) {
-        for s in [0, 4] {
-            x[s] = _mm256_add_epi32(x[s], x[s + 1]);
-            x[s + 3] = rotl16(_mm256_xor_si256(x[s + 3], x[s]));
-        }
-        for s in [0, 4] {
-            x[s + 2] = _mm256_add_epi32(x[s + 2], x[s + 3]);
-            x[s + 1] = rotl12(_mm256_xor_si256(x[s + 1], x[s + 2]));
-        }
-        for s in [0, 4] {
-            x[s] = _mm256_add_epi32(x[s], x[s + 1]);
-            x[s + 3] = rotl8(_mm256_xor_si256(x[s + 3], x[s]));
-        }
-        for s in [0, 4] {
-            x[s + 2] = _mm256_add_epi32(x[s + 2], x[s + 3]);
-            x[s + 1] = rotl7(_mm256_xor_si256(x[s + 1], x[s + 2]));
-        }
-    }
 
     /// See [`super::Simd::xor`]: the portable loop, compiled for AVX2.
     #[target_feature(enable = "avx2")]
