@@ -111,8 +111,8 @@ pub struct LimitsConfig {
     pub circuit_cells: RateConfig,
     /// Circuits a peer may ask this node to create. Default: 10/s, burst 20.
     pub circuit_creates: RateConfig,
-    /// Link handshakes (UDP HELLOs) from one source IP prefix (/24 for IPv4, /48 for IPv6),
-    /// checked before any expensive cryptography. Default: 5/s, burst 10.
+    /// Link handshakes (UDP HELLOs, QUIC Initials) from one source IP prefix (/24 for IPv4,
+    /// /48 for IPv6), checked before any expensive cryptography. Default: 5/s, burst 10.
     pub handshakes_per_prefix: RateConfig,
     /// Most peers the overlay's per-peer limiters (link cells, circuit creates) track; see
     /// [`KeyedLimiter`](crate::rate::KeyedLimiter). Default: 65536.

@@ -10,7 +10,8 @@
 //!    dialler must echo from its address; quinn's clients do so on their own). Spoofed
 //!    sources never come back with it.
 //! 2. **Per-source limit.** Attempts per source prefix (IPv4 /24, IPv6 /48) are limited
-//!    (`per_source` a second, nyx-core `KeyedLimiter`), so one network cannot take every
+//!    (`per_source`, a GCRA quota: the daemon's `limits.handshakes_per_prefix`, as for UDP
+//!    HELLOs; nyx-core `KeyedLimiter`), so one network cannot take every
 //!    handshake slot. Validated and unvalidated attempts have separate budgets, and an
 //!    unvalidated attempt over its budget gets a Retry, not a refusal: a spoofer who sends
 //!    in a victim's prefix only makes the victim's diallers prove their address (one round
@@ -24,6 +25,7 @@
 //! outcome is counted ([`AdmissionStats`]).
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -32,16 +34,22 @@ use nyx_core::rate::{IpPrefix, KeyedLimiter, Quota};
 
 use crate::Error;
 
+/// The default rate and burst per source prefix.
+const TEN: NonZeroU32 = match NonZeroU32::new(10) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
+
 /// Settings of [`Admission`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdmissionConfig {
     /// Attempts per second across all sources above which unvalidated sources get a Retry.
     /// Default 64; 0 always validates.
     pub retry_threshold: u32,
-    /// Attempts per second from one source prefix (IPv4 /24, IPv6 /48), unvalidated and
-    /// validated each (so up to twice this from a network that answers Retries). Default
-    /// 10.
-    pub per_source: u32,
+    /// Attempts from one source prefix (IPv4 /24, IPv6 /48): rate and burst, for
+    /// unvalidated and validated attempts each (so up to twice this from a network that
+    /// answers Retries). Default 10 a second, burst 10.
+    pub per_source: Quota,
     /// Handshakes in progress at once, at most. Default 256.
     pub max_handshakes: usize,
     /// Source prefixes the limiter tracks at once. Default 4096.
@@ -55,7 +63,7 @@ impl Default for AdmissionConfig {
     fn default() -> Self {
         AdmissionConfig {
             retry_threshold: 64,
-            per_source: 10,
+            per_source: Quota::new(TEN, TEN),
             max_handshakes: 256,
             max_sources: 4096,
             loopback_unlimited: true,
@@ -126,8 +134,8 @@ impl Admission {
         let invalid = |e: nyx_core::Error| Error::TlsConfig {
             reason: format!("admission: {e}"),
         };
-        let quota = Quota::per_second(config.per_source.max(1)).map_err(invalid)?;
-        let limiter = || KeyedLimiter::new(quota, config.max_sources.max(1)).map_err(invalid);
+        let limiter =
+            || KeyedLimiter::new(config.per_source, config.max_sources.max(1)).map_err(invalid);
         Ok(Admission {
             config,
             validated: limiter()?,
@@ -200,6 +208,27 @@ mod tests {
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
+    }
+
+    /// The per-prefix quota's burst is honoured, not only its rate: 1 a second with a burst
+    /// of 3 lets three validated attempts through at once and refuses the fourth, and the
+    /// prefix gets one more a second later.
+    #[test]
+    fn a_prefix_gets_its_quotas_burst_then_its_rate() {
+        let config = AdmissionConfig {
+            per_source: Quota::per_second(1).unwrap().with_burst(3).unwrap(),
+            ..AdmissionConfig::default()
+        };
+        let mut a = Admission::new(config).unwrap();
+        let from = addr("203.0.113.9:1");
+        let verdicts: Vec<_> = (0..4).map(|_| a.decide(from, true, at(0)).0).collect();
+        assert_eq!(verdicts[..3], [Verdict::Accept; 3]);
+        assert_eq!(verdicts[3], Verdict::Refuse(Refusal::SourceRate));
+        assert_eq!(a.decide(from, true, at(1000)).0, Verdict::Accept);
+        assert_eq!(
+            a.decide(from, true, at(1000)).0,
+            Verdict::Refuse(Refusal::SourceRate)
+        );
     }
 
     #[test]

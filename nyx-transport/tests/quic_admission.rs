@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nyx_core::rate::Quota;
 use nyx_crypto::identity::IdentityKey;
 use nyx_transport::admission::AdmissionConfig;
 use nyx_transport::quic::{QuicConfig, QuicEndpoint};
@@ -67,7 +68,7 @@ async fn under_load_a_dialler_proves_its_address_first_and_gets_its_link() {
 #[tokio::test]
 async fn one_prefix_gets_its_share_and_a_dialler_from_elsewhere_still_gets_a_link() {
     let strict = AdmissionConfig {
-        per_source: 3,
+        per_source: Quota::per_second(3).unwrap(),
         // Loopback is this test's network.
         loopback_unlimited: false,
         ..AdmissionConfig::default()
@@ -110,7 +111,7 @@ async fn one_prefix_gets_its_share_and_a_dialler_from_elsewhere_still_gets_a_lin
 #[tokio::test]
 async fn a_prefix_that_spent_its_budget_gets_links_again_a_second_later() {
     let strict = AdmissionConfig {
-        per_source: 1,
+        per_source: Quota::per_second(1).unwrap(),
         loopback_unlimited: false,
         ..AdmissionConfig::default()
     };

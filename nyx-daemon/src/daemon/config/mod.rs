@@ -398,6 +398,7 @@ impl DaemonConfig {
         s.streams.max_streams = self.limits.max_streams_per_circuit as usize;
         if let Ok(hellos) = quota(self.limits.handshakes_per_prefix) {
             s.udp.hello_per_source = hellos;
+            s.quic.admission.per_source = hellos;
         }
         s.udp.max_peers = self.limits.max_links;
         s.quic.max_links = self.limits.max_links;

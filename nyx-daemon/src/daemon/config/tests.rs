@@ -127,21 +127,26 @@ fn max_links_bounds_both_transports() {
     assert_eq!((s.udp.max_peers, s.quic.max_links), (77, 77));
 }
 
-/// `limits.handshakes_per_prefix` reaches the UDP engine's per-prefix HELLO limiter, rate
-/// and burst both (the burst was once dropped, leaving it equal to the rate).
+/// `limits.handshakes_per_prefix` reaches both transports' per-prefix handshake limiters
+/// (the UDP engine's HELLOs, QUIC admission's Initials), rate and burst both (the burst was
+/// once dropped, leaving it equal to the rate; QUIC once kept a fixed 10/s).
 #[test]
-fn handshake_rate_and_burst_reach_the_udp_engine() {
+fn handshake_rate_and_burst_reach_both_transports() {
     let c =
         parse_str("[limits]\nhandshakes_per_prefix = { per_second = 2.5, burst = 40 }\n").unwrap();
-    let q = c.node_settings().udp.hello_per_source;
-    assert_eq!(q.burst(), 40);
-    assert_eq!(q.interval(), Duration::from_millis(400));
-    let d = DaemonConfig::default().node_settings().udp.hello_per_source;
-    assert_eq!(
-        (d.burst(), d.interval()),
-        (10, Duration::from_millis(200)),
-        "the documented default, 5/s, burst 10"
-    );
+    let s = c.node_settings();
+    for q in [s.udp.hello_per_source, s.quic.admission.per_source] {
+        assert_eq!(q.burst(), 40);
+        assert_eq!(q.interval(), Duration::from_millis(400));
+    }
+    let d = DaemonConfig::default().node_settings();
+    for q in [d.udp.hello_per_source, d.quic.admission.per_source] {
+        assert_eq!(
+            (q.burst(), q.interval()),
+            (10, Duration::from_millis(200)),
+            "the documented default, 5/s, burst 10"
+        );
+    }
 }
 
 /// What a network simulator needs: plain socket I/O, an abstract control socket name or
