@@ -18,11 +18,13 @@
 //! `cargo bench -p nyx-benches --bench handshake_flood`
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nyx_core::config::TransportKind;
+use nyx_core::rate::Quota;
 use nyx_node::testing::node_settings;
 use nyx_node::{BoundNode, Directory, DirectoryPeer, Node, NodeKeys, NodeRole, NodeSettings};
 use nyx_transport::admission::AdmissionConfig;
@@ -188,7 +190,7 @@ fn main() {
     let (guarded, guarded_peer) = relay(&guarded_rt, 1, AdmissionConfig::default());
     let off = AdmissionConfig {
         retry_threshold: u32::MAX,
-        per_source: u32::MAX,
+        per_source: Quota::new(NonZeroU32::MAX, NonZeroU32::MAX),
         max_handshakes: usize::MAX,
         ..AdmissionConfig::default()
     };
