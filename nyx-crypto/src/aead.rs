@@ -1,7 +1,8 @@
 //! ChaCha20-Poly1305 (RFC 8439 section 2.8), in place, with no allocation.
 //!
 //! The cipher itself is [`nyx_chacha`] (NyxNet's implementation: eight or sixteen ChaCha20
-//! blocks at a time in AVX2 or AVX-512VL registers, chosen at run time, with Poly1305
+//! blocks at a time in AVX2 or AVX-512VL registers, a message's last one to four blocks four
+//! at a time, chosen at run time, with Poly1305
 //! absorbed between the rounds; elsewhere RustCrypto's `chacha20` keystream, NEON on AArch64,
 //! and nyx-chacha's scalar Poly1305). This module holds the key type
 //! nyx-crypto passes around and the compositions the onion layers use. The composition is

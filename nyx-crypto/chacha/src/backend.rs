@@ -11,7 +11,8 @@ pub enum Backend {
     /// AArch64, SSE2 or AVX2 picked at run time on x86), Poly1305 from this crate's scalar
     /// code, one after the other. It is what non-x86 CPUs, and x86 CPUs without AVX2, run.
     Portable,
-    /// Eight blocks at a time in 256-bit AVX2 registers (x86-64 CPUs from 2013 on).
+    /// Eight blocks at a time in 256-bit AVX2 registers, a message's last one to four blocks
+    /// four at a time (x86-64 CPUs from 2013 on).
     Avx2,
     /// As [`Backend::Avx2`], plus AVX-512VL's rotate instruction and its 32 vector
     /// registers, still on 256-bit vectors, and sixteen blocks at a time in 512-bit ones for

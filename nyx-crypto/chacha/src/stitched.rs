@@ -1,8 +1,9 @@
 //! ChaCha20-Poly1305 on the x86-64 kernels, with Poly1305 stitched between the rounds.
 //!
-//! The message is processed in chunks of one batch of keystream (8 or 16 blocks, as the
-//! kernel computes them; the first chunk is one block shorter, because block 0 is the
-//! Poly1305 key), and the kernel XORs each batch into the message itself ([`Job::Xor`]):
+//! The message is processed in chunks of one batch of keystream (16, 8 or, for the last one
+//! to four blocks, 4 blocks, as the kernel computes them; the first chunk is one block
+//! shorter, because block 0 is the Poly1305 key), and the kernel XORs each batch into the
+//! message itself ([`Job::Xor`]):
 //! the keystream never goes through a buffer, except block 0 (the key) and a short last
 //! lane. While the kernel computes the keystream of chunk `i + 1`, Poly1305 absorbs chunk
 //! `i` between its rounds: on seal that is ciphertext just written, so only the last chunk's
@@ -189,7 +190,7 @@ pub(crate) const NARROW: usize = 16;
 /// Lanes of the AEAD's keystream batches when Poly1305 runs in vector lanes and the message
 /// needs more than one narrow batch: sixteen blocks, so the first batch (which cannot carry
 /// the MAC: block 0 is its key) takes the 512-bit kernel, 1.6 times cheaper per block.
-/// Batches that carry the MAC still hold eight.
+/// Batches that carry the MAC hold eight, or four for a message's last one to four blocks.
 pub(crate) const WIDE: usize = 32;
 
 /// Whether an operation needing `keystream` bytes takes [`WIDE`] batches: only when the

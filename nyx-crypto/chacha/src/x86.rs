@@ -323,8 +323,8 @@ macro_rules! kernel {
         /// whose rotations by 12 and 7 take three), but an eight-block batch for a tail of one
         /// to four blocks computes two to eight times the blocks needed: a 1152-byte cell sealed
         /// needs 19 blocks, and gets 20 instead of 24. The two sets are independent, so their
-        /// chains interleave. Every build has it; on Zen 4 (AVX-512 IFMA) it took 6-8% off a
-        /// 1152-byte seal, open and keystream (docs/benchmarks.md, session 28).
+        /// chains interleave. Every build has it; on Zen 4 (AVX-512 IFMA) it took about 7% off a
+        /// 1152-byte seal, a seal and open, and a keystream pass (docs/benchmarks.md, session 28).
         #[target_feature(enable = $features)]
         pub(super) fn batch4(state: &[u32; 16], counter: u32, job: &mut Job<'_>) -> usize {
             let row = |i: usize| {
