@@ -199,7 +199,7 @@ impl ClientCircuit {
             let payload = off + HEADER_LEN..off + HEADER_LEN + BACKWARD_PAYLOAD_LEN;
             let (mut stream, mut mac) = aead::start(&hop.backward, &nonce(c));
             mac.update_padded(&cell[off..off + 8]);
-            mac.update_padded(&cell[payload.clone()]);
+            mac.absorb_padded(&cell[payload.clone()]);
             let tag = aead::finish(mac, 8, BACKWARD_PAYLOAD_LEN);
             let tag_at = off + TAG_RANGE.start..off + TAG_RANGE.end;
             if bool::from(tag.ct_eq(&cell[tag_at])) {
@@ -277,7 +277,7 @@ impl std::fmt::Debug for ClientCircuit {
 /// Absorb `a || b` as one AEAD field (zero-padded to 16 bytes at the end only).
 fn mac_concat(mac: &mut Poly1305, a: &[u8], b: &[u8]) {
     let aligned = a.len() - a.len() % 16;
-    mac.update_padded(&a[..aligned]);
+    mac.absorb_padded(&a[..aligned]);
     let mut joint = [0u8; 16 + FILLER_MAX];
     let rest = &a[aligned..];
     joint[..rest.len()].copy_from_slice(rest);
