@@ -162,6 +162,32 @@ impl<'a> ScalarMac<'a> {
     fn finish(self) {}
 }
 
+/// Ten double rounds, each `$double_round` (a statement on the caller's state), with the
+/// MAC of `$job` (if it carries one) stitched in by `$mac` after each: the loop both
+/// kernels of `kernel!` share. A macro, not a function, so that the rounds and the MAC
+/// steps stay in the kernel's own body, where nothing spills the state vectors.
+macro_rules! stitched_rounds {
+    ($mac:ident, $job:expr, $double_round:stmt) => {
+        if let Job::Xor(Xor {
+            buf,
+            mac: Some((poly, range)),
+            ..
+        }) = $job
+        {
+            let mut mac = $mac::start(poly, &buf[range.clone()]);
+            for round in 0..10 {
+                $double_round
+                mac.round(round);
+            }
+            mac.finish();
+        } else {
+            for _ in 0..10 {
+                $double_round
+            }
+        }
+    };
+}
+
 /// The kernel, for the target features `$features`, stitching Poly1305 in with `$mac` (a
 /// type with `start(poly, data)`, `round(round)` called after each double round, and
 /// `finish()`); the module that expands it supplies `rotl16`, `rotl12`, `rotl8` and `rotl7`
@@ -177,25 +203,10 @@ macro_rules! kernel {
         pub(super) fn batch8(state: &[u32; 16], counter: u32, job: &mut Job<'_>) -> usize {
             let mut input = initial(state, counter);
             let mut x = input;
-            if let Job::Xor(Xor {
-                buf,
-                mac: Some((poly, range)),
-                ..
-            }) = job
-            {
-                let mut mac = $mac::start(poly, &buf[range.clone()]);
-                for round in 0..10 {
-                    column_round(&mut x);
-                    diagonal_round(&mut x);
-                    mac.round(round);
-                }
-                mac.finish();
-            } else {
-                for _ in 0..10 {
-                    column_round(&mut x);
-                    diagonal_round(&mut x);
-                }
-            }
+            stitched_rounds!($mac, job, {
+                column_round(&mut x);
+                diagonal_round(&mut x);
+            });
             finish(&mut x, &input);
             match job {
                 Job::Keep(out) => transpose(&x, &mut out[..16]),
@@ -350,23 +361,7 @@ macro_rules! kernel {
                 d(counter.wrapping_add(2)),
             ];
             let mut x = input;
-            if let Job::Xor(Xor {
-                buf,
-                mac: Some((poly, range)),
-                ..
-            }) = job
-            {
-                let mut mac = $mac::start(poly, &buf[range.clone()]);
-                for round in 0..10 {
-                    double_round_rows(&mut x);
-                    mac.round(round);
-                }
-                mac.finish();
-            } else {
-                for _ in 0..10 {
-                    double_round_rows(&mut x);
-                }
-            }
+            stitched_rounds!($mac, job, double_round_rows(&mut x));
             // Feed forward, then block `2s + h` of set `s` (half `h`) is rows 0-1 and 2-3 of
             // that half: lanes `4s + 2h` and `4s + 2h + 1`.
             let mut lanes = [_mm256_setzero_si256(); 8];
