@@ -3,8 +3,9 @@
 //! * `e2e/circuit_build`: build a 3-hop circuit (links already up) and close it.
 //! * `e2e/echo_rtt`: one payload to the exit and its echo back over a built circuit.
 //! * `relay/forward/{nyx,plain_udp}`: windows of 64 cells through one relay to an exit, with
-//!   full onion and link crypto over real UDP sockets (the UDP transport), next to a plain
-//!   UDP relay forwarding 1156-byte datagrams in the same run.
+//!   full onion and link crypto over real UDP sockets (the UDP transport), each node on a
+//!   runtime (thread) of its own as in a deployment, next to a plain UDP relay thread
+//!   forwarding 1156-byte datagrams in the same run.
 //!
 //! `cargo bench -p nyx-benches --bench e2e`
 
@@ -61,6 +62,7 @@ fn testnet(
     hops: usize,
     transport: TransportKind,
     exits: Exits,
+    runtimes: Vec<tokio::runtime::Handle>,
 ) -> LocalTestnet {
     rt.block_on(LocalTestnet::start(LocalTestnetSpec {
         nodes: 5,
@@ -69,6 +71,7 @@ fn testnet(
         settings: settings(hops),
         echo: exits == Exits::Echo,
         raw_exits: exits == Exits::Count,
+        runtimes,
         ..LocalTestnetSpec::default()
     }))
     .expect("testnet")
@@ -80,7 +83,7 @@ fn e2e(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let net = testnet(&rt, 20, 3, TransportKind::Quic, Exits::Echo);
+    let net = testnet(&rt, 20, 3, TransportKind::Quic, Exits::Echo, Vec::new());
     let client = net.node(0).expect("node").handle();
     let mut g = c.benchmark_group("e2e");
     g.sample_size(30);
@@ -131,21 +134,41 @@ fn relay_forward(c: &mut Criterion) {
         .expect("runtime");
     // Two hops (entry = the relay measured, then the exit), UDP transport; the exits count
     // what arrives instead of echoing.
-    let mut net = testnet(&rt, 21, 2, TransportKind::Udp, Exits::Count);
+    // Each node on a runtime of one worker, as each is a process of its own in a deployment
+    // (and `nyx testnet` gives each daemon one worker): the relay measured gets a thread of
+    // its own, as the plain relay below does.
+    let node_rts: Vec<tokio::runtime::Runtime> = (0..5)
+        .map(|i| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name(format!("node{i}"))
+                .enable_all()
+                .build()
+                .expect("runtime")
+        })
+        .collect();
+    let handles = node_rts.iter().map(|r| r.handle().clone()).collect();
+    let mut net = testnet(&rt, 21, 2, TransportKind::Udp, Exits::Count, handles);
     let arrived = Arc::new(AtomicU64::new(0));
-    // Wakes the bench when a cell arrives: it waits without spinning, as the plain relay's
-    // sender blocks in `recv` (a spinning waiter took a third of the two cores from the
-    // pipeline it measures).
+    // The count at which the window under way is complete.
+    let complete = Arc::new(AtomicU64::new(u64::MAX));
+    // Wakes the bench when its window is complete: it waits without spinning, as the plain
+    // relay's sender blocks in `recv` (a spinning waiter took a third of the two cores from
+    // the pipeline it measures), and once per window, not per cell.
     let arrival = Arc::new(Notify::new());
-    for i in 0..5 {
-        if let Some(node) = net.nodes[i].as_mut()
+    for (slot, node_rt) in net.nodes.iter_mut().zip(&node_rts) {
+        if let Some(node) = slot.as_mut()
             && let Some(mut rx) = node.take_exit_requests()
         {
-            let (arrived, arrival) = (arrived.clone(), arrival.clone());
-            rt.spawn(async move {
+            let (arrived, complete, arrival) = (arrived.clone(), complete.clone(), arrival.clone());
+            // On the exit's own runtime: the exit consumes what it receives, as the plain
+            // relay's sink does, without a wake-up of another thread per cell.
+            node_rt.spawn(async move {
                 while rx.recv().await.is_some() {
-                    arrived.fetch_add(1, Ordering::Relaxed);
-                    arrival.notify_one();
+                    let n = arrived.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n >= complete.load(Ordering::Relaxed) {
+                        arrival.notify_one();
+                    }
                 }
             });
         }
@@ -167,6 +190,7 @@ fn relay_forward(c: &mut Criterion) {
                 let start = Instant::now();
                 for _ in 0..iters {
                     let target = arrived.load(Ordering::Relaxed) + WINDOW;
+                    complete.store(target, Ordering::Relaxed);
                     for _ in 0..WINDOW {
                         circuit.send(&payload).await.expect("send");
                     }

@@ -54,6 +54,39 @@ fn start_with(seed: u8, ip: &str, setup: impl FnOnce(&mut UdpTransport)) -> Runn
     }
 }
 
+/// Two transports on 127.0.0.2 and .3, the first dialled the second, both `Connected`
+/// events taken.
+async fn connected_pair() -> (Running, Running) {
+    let mut a = start(1, "127.0.0.2");
+    let mut b = start(2, "127.0.0.3");
+    a.commands
+        .send(UdpCommand::Connect {
+            peer: b.node,
+            key: Box::new(b.key.public().clone()),
+            addr: b.addr,
+        })
+        .await
+        .unwrap();
+    next(&mut a.events).await;
+    next(&mut b.events).await;
+    (a, b)
+}
+
+/// A 1152-byte cell to `addr` that starts with `i`.
+fn numbered(i: u32, addr: std::net::SocketAddr) -> UdpCommand {
+    let mut cell = vec![0u8; 1152];
+    cell[..4].copy_from_slice(&i.to_be_bytes());
+    UdpCommand::Cell {
+        addr,
+        cell: Bytes::from(cell),
+    }
+}
+
+/// The number a [`numbered`] cell starts with.
+fn number(data: &[u8]) -> u32 {
+    u32::from_be_bytes(data[..4].try_into().unwrap())
+}
+
 async fn next(events: &mut mpsc::Receiver<UdpEvent>) -> UdpEvent {
     tokio::time::timeout(Duration::from_secs(5), events.recv())
         .await
@@ -149,33 +182,14 @@ async fn a_burst_leaves_in_gso_batches_and_arrives_whole() {
     // 500 cells queued at once: the driver sends them in GSO batches (which must stay under
     // 64 KiB each: an oversized batch is refused by the kernel and would lose every cell in
     // it), and the receiver's GRO/recvmmsg path splits them again.
-    let mut a = start(1, "127.0.0.2");
-    let mut b = start(2, "127.0.0.3");
-    a.commands
-        .send(UdpCommand::Connect {
-            peer: b.node,
-            key: Box::new(b.key.public().clone()),
-            addr: b.addr,
-        })
-        .await
-        .unwrap();
-    next(&mut a.events).await;
-    next(&mut b.events).await;
+    let (a, mut b) = connected_pair().await;
     for i in 0..500u32 {
-        let mut cell = vec![0u8; 1152];
-        cell[..4].copy_from_slice(&i.to_be_bytes());
-        a.commands
-            .send(UdpCommand::Cell {
-                addr: b.addr,
-                cell: Bytes::from(cell),
-            })
-            .await
-            .unwrap();
+        a.commands.send(numbered(i, b.addr)).await.unwrap();
     }
     let mut got = Vec::new();
     for _ in 0..500 {
         if let UdpEvent::Cell { data, .. } = next(&mut b.events).await {
-            got.push(u32::from_be_bytes(data[..4].try_into().unwrap()));
+            got.push(number(&data));
         }
     }
     got.sort_unstable();
@@ -470,4 +484,33 @@ async fn a_lost_welcome_is_recovered_by_a_fresh_hello() {
         "every cell A's shim let through"
     );
     assert!(at_a.windows(2).all(|w| w[0] < w[1]), "{at_a:?}");
+}
+
+#[tokio::test]
+async fn a_large_receive_reaches_the_node_a_chunk_at_a_time() {
+    // 60 cells queued at once leave in one or two GSO sends and are in the receiver's
+    // socket before it reads: one receive takes them all. The receiving transport hands
+    // them to its node a chunk (16 datagrams) at a time and yields between chunks, so on
+    // this one-thread runtime the node (this task) runs after the first chunk, not after
+    // all 60 have been opened; what it sends in return could then leave before the rest.
+    let (a, mut b) = connected_pair().await;
+    for i in 0..60u32 {
+        a.commands.try_send(numbered(i, b.addr)).unwrap();
+    }
+    let mut got = Vec::new();
+    if let UdpEvent::Cell { data, .. } = next(&mut b.events).await {
+        got.push(number(&data));
+    }
+    let waiting = b.events.len();
+    assert!(
+        waiting < 16,
+        "{waiting} cells were waiting when the node first ran: the receive was not chunked"
+    );
+    while got.len() < 60 {
+        if let UdpEvent::Cell { data, .. } = next(&mut b.events).await {
+            got.push(number(&data));
+        }
+    }
+    got.sort_unstable();
+    assert_eq!(got, (0..60).collect::<Vec<_>>());
 }

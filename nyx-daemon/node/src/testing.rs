@@ -80,6 +80,11 @@ pub struct LocalTestnetSpec {
     pub raw_exits: bool,
     /// How the nodes' onion keys rotate. Default [`RotationPolicy::default`] (daily).
     pub rotation: RotationPolicy,
+    /// The runtime each node runs on, by position (node `i` on `runtimes[i]`); nodes past
+    /// the list's end run on the caller's. A deployment runs each node as its own process,
+    /// so a benchmark that compares one node with a thread of its own gives each node a
+    /// runtime of its own. Default: none (every node on the caller's runtime).
+    pub runtimes: Vec<tokio::runtime::Handle>,
 }
 
 impl Default for LocalTestnetSpec {
@@ -93,6 +98,7 @@ impl Default for LocalTestnetSpec {
             echo: false,
             raw_exits: false,
             rotation: RotationPolicy::default(),
+            runtimes: Vec::new(),
         }
     }
 }
@@ -177,7 +183,9 @@ impl LocalTestnet {
         let ids = bound.iter().map(BoundNode::node_id).collect();
         let addrs = bound.iter().map(BoundNode::local_addr).collect();
         let mut nodes = Vec::new();
-        for b in bound {
+        for (i, b) in bound.into_iter().enumerate() {
+            // The node's tasks (and its echo's) go to its own runtime while this is held.
+            let _on = spec.runtimes.get(i).map(tokio::runtime::Handle::enter);
             let mut node = b.start(directory.clone())?;
             if spec.echo {
                 spawn_echo(&mut node);

@@ -2,7 +2,9 @@
 //! datagrams with the fewest system calls the kernel allows (quinn-udp: GSO for runs of
 //! equal-size datagrams to one peer, GRO and `recvmmsg` on receive; one datagram per call
 //! where the system refuses those, see [`crate::socket`]), and talks to the rest of the node
-//! through channels. The caller (nyx-node) spawns [`UdpTransport::run`].
+//! through channels. A large receive reaches the node a chunk at a time, with what the node
+//! sends in return going out between chunks, so a relay's forwarding latency does not grow
+//! with the size of the burst it received. The caller (nyx-node) spawns [`UdpTransport::run`].
 
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +29,11 @@ use crate::udp::{LinkStats, UdpConfig, UdpEngine, UdpEvent, UdpStats};
 
 /// Datagrams received per system call at most.
 const RECV_BATCH: usize = 32;
+/// Received datagrams handed to the engine before what they produced is passed on (events
+/// to the node, the cells it forwards in return sent): a relay forwards the start of a large
+/// receive while it works through the rest, instead of holding the whole receive back until
+/// its last datagram is opened.
+const RECV_CHUNK: usize = 16;
 /// Commands taken from the queue per wake-up at most (one GSO batch is up to 64 segments).
 const COMMAND_BATCH: usize = 63;
 /// Largest GSO batch in bytes (a UDP send carries at most 65 507 bytes of payload).
@@ -113,6 +120,20 @@ pub struct UdpTransport {
     /// After a failed receive the socket is not read again before this (no busy loop on
     /// an error that persists).
     receive_paused_until: Option<Instant>,
+    /// Where handing the last receive's datagrams to the engine stopped (more than
+    /// [`RECV_CHUNK`] came in one receive).
+    received: Option<Cursor>,
+}
+
+/// A position in the datagrams of one receive: the GRO batch, the byte offset in it, and
+/// that batch's sender and whether one of its datagrams so far authenticated.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    batches: usize,
+    batch: usize,
+    offset: usize,
+    from: Option<SocketAddr>,
+    authenticated: bool,
 }
 
 /// The fault shim on the receive path and the counters it publishes.
@@ -166,6 +187,7 @@ impl UdpTransport {
             receive_errors: 0,
             consecutive_errors: 0,
             receive_paused_until: None,
+            received: None,
         })
     }
 
@@ -246,12 +268,37 @@ impl UdpTransport {
                 }
             }
             self.flush().await;
-            while let Some(event) = self.engine.poll_event() {
-                if events.send(event).await.is_err() {
+            if !self.pass_on(&events).await {
+                return Ok(());
+            }
+            // The rest of a large receive, a chunk at a time: the node handles each chunk
+            // (the yield), and what it asks to send in return goes out before the next.
+            while self.received.is_some() {
+                tokio::task::yield_now().await;
+                let now = self.now();
+                for _ in 0..COMMAND_BATCH {
+                    let Ok(command) = commands.try_recv() else {
+                        break;
+                    };
+                    self.execute(command, now)?;
+                }
+                self.hand_over(&storage, &meta, now);
+                self.flush().await;
+                if !self.pass_on(&events).await {
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// Send the engine's events to the node; false once nobody listens.
+    async fn pass_on(&mut self, events: &mpsc::Sender<UdpEvent>) -> bool {
+        while let Some(event) = self.engine.poll_event() {
+            if events.send(event).await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 
     fn execute(&mut self, command: UdpCommand, now: Timestamp) -> Result<(), Error> {
@@ -292,7 +339,8 @@ impl UdpTransport {
         }
     }
 
-    /// Receive everything ready (GRO batches split by stride) into the engine.
+    /// Receive what is ready (up to [`RECV_BATCH`] GRO batches) and hand its first
+    /// [`RECV_CHUNK`] datagrams to the engine ([`hand_over`](Self::hand_over) the rest).
     fn receive(&mut self, storage: &mut [u8], meta: &mut [RecvMeta; RECV_BATCH]) {
         let now = self.now();
         // On the stack: no allocation per receive.
@@ -311,25 +359,68 @@ impl UdpTransport {
                 return;
             }
         };
-        for (slice, m) in slices.iter().zip(meta.iter()).take(n) {
+        self.received = (n > 0).then_some(Cursor {
+            batches: n,
+            batch: 0,
+            offset: 0,
+            from: None,
+            authenticated: false,
+        });
+        self.hand_over(storage, meta, now);
+    }
+
+    /// Hand the engine up to [`RECV_CHUNK`] more datagrams of the last receive (GRO
+    /// batches split by stride).
+    fn hand_over(&mut self, storage: &[u8], meta: &[RecvMeta; RECV_BATCH], now: Timestamp) {
+        let mut handed = 0;
+        while let Some(mut at) = self.received.take() {
+            let start = at.batch * RECV_BUF;
+            let (Some(m), Some(slice)) = (meta.get(at.batch), storage.get(start..start + RECV_BUF))
+            else {
+                break;
+            };
             let stride = m.stride.max(1);
-            let datagrams = &slice[..m.len];
+            let datagrams = &slice[..m.len.min(slice.len())];
             // One source, one destination and one size for the whole GRO batch: its address
             // bookkeeping is done once, not per datagram.
-            let first = &datagrams[..stride.min(datagrams.len())];
-            let engine = &self.engine;
-            let from = self
-                .addressing
-                .received(m.addr, m.dst_ip, first, |a| engine.knows(a));
-            let mut authenticated = false;
-            for datagram in datagrams.chunks(stride) {
+            let from = match at.from {
+                Some(from) => from,
+                None => {
+                    let first = &datagrams[..stride.min(datagrams.len())];
+                    let engine = &self.engine;
+                    self.addressing
+                        .received(m.addr, m.dst_ip, first, |a| engine.knows(a))
+                }
+            };
+            at.from = Some(from);
+            while at.offset < datagrams.len() && handed < RECV_CHUNK {
+                let datagram = &datagrams[at.offset..(at.offset + stride).min(datagrams.len())];
+                at.offset += stride;
+                handed += 1;
                 match &mut self.faults {
-                    None => authenticated |= self.engine.handle_datagram(from, datagram, now),
+                    None => at.authenticated |= self.engine.handle_datagram(from, datagram, now),
                     Some(faults) => faults.shim.push(now, (from, m.dst_ip, datagram.to_vec())),
                 }
             }
-            if authenticated {
+            if at.offset < datagrams.len() {
+                // The chunk is full in the middle of this batch.
+                self.received = Some(at);
+                break;
+            }
+            if at.authenticated {
                 self.addressing.authenticated(from, m.dst_ip);
+            }
+            if at.batch + 1 < at.batches {
+                self.received = Some(Cursor {
+                    batch: at.batch + 1,
+                    offset: 0,
+                    from: None,
+                    authenticated: false,
+                    ..at
+                });
+                if handed >= RECV_CHUNK {
+                    break;
+                }
             }
         }
         if let Some(faults) = &self.faults {
