@@ -80,8 +80,9 @@ pub struct LocalTestnetSpec {
     pub raw_exits: bool,
     /// How the nodes' onion keys rotate. Default [`RotationPolicy::default`] (daily).
     pub rotation: RotationPolicy,
-    /// The runtime each node runs on, by position (node `i` on `runtimes[i]`); nodes past
-    /// the list's end run on the caller's. A deployment runs each node as its own process,
+    /// The runtime each node runs on, by position (node `i` on `runtimes[i]`: its socket,
+    /// its tasks and the testnet's watch of its key rotations); nodes past the list's end
+    /// run on the caller's. A deployment runs each node as its own process,
     /// so a benchmark that compares one node with a thread of its own gives each node a
     /// runtime of its own. Default: none (every node on the caller's runtime).
     pub runtimes: Vec<tokio::runtime::Handle>,
@@ -168,6 +169,11 @@ impl LocalTestnet {
             }
             // Each node's fault shim draws its own random sequence.
             settings.faults.seed = settings.faults.seed.wrapping_add(u64::from(i));
+            // Sockets register with the runtime current at bind: the node's own.
+            let _on = spec
+                .runtimes
+                .get(usize::from(i - 1))
+                .map(tokio::runtime::Handle::enter);
             bound.push(BoundNode::bind(keys, settings)?);
         }
         let mut descriptors = Vec::new();
@@ -207,6 +213,7 @@ impl LocalTestnet {
         // directory could arrive last and undo other nodes' rotations at the client.
         let handing_out = Arc::new(tokio::sync::Mutex::new(()));
         for (i, node) in nodes.iter().flatten().enumerate() {
+            let _on = spec.runtimes.get(i).map(tokio::runtime::Handle::enter);
             spawn_rotation_watch(i, node, keeper.clone(), handing_out.clone());
         }
         Ok(LocalTestnet {

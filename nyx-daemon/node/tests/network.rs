@@ -181,6 +181,53 @@ async fn udp_circuits_round_trip() {
     round_trips(TransportKind::Udp, 12).await;
 }
 
+#[test]
+fn nodes_on_runtimes_of_their_own_outlive_the_runtime_that_started_them() {
+    // Each node on a one-worker runtime of its own (as the relay benchmark runs them, and
+    // as each is a process of its own in a deployment). The runtime that started the
+    // testnet then goes away, and circuits still carry payloads: nothing of a node, its
+    // socket included, was left on it.
+    let runtimes: Vec<tokio::runtime::Runtime> = (0..4)
+        .map(|_| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let spec = LocalTestnetSpec {
+        nodes: 4,
+        net: 73,
+        transport: TransportKind::Udp,
+        settings: settings(None),
+        echo: true,
+        runtimes: runtimes.iter().map(|r| r.handle().clone()).collect(),
+        ..LocalTestnetSpec::default()
+    };
+    let starter = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let net = starter.block_on(LocalTestnet::start(spec)).unwrap();
+    drop(starter);
+    let user = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    user.block_on(async {
+        let handle = net.node(0).unwrap().handle();
+        let mut circuit = timeout(WAIT, handle.build_circuit(ExitRequirement::Any))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(circuit.path().len(), 3);
+        echo(&mut circuit, b"still here").await;
+    });
+    let _in = user.enter();
+    drop(net);
+}
+
 /// Every 8-byte window of `bytes`.
 fn windows(bytes: &[u8]) -> impl Iterator<Item = [u8; 8]> + '_ {
     bytes.windows(8).map(|w| w.try_into().unwrap())
