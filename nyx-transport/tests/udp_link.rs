@@ -54,8 +54,8 @@ fn start_with(seed: u8, ip: &str, setup: impl FnOnce(&mut UdpTransport)) -> Runn
     }
 }
 
-/// Two transports on 127.0.0.2 and .3, the first dialled the second, both `Connected`
-/// events taken.
+/// Two transports on 127.0.0.2 and .3, the first dialled the second; each side's first
+/// event must be `Connected` with the other's identity and address.
 async fn connected_pair() -> (Running, Running) {
     let mut a = start(1, "127.0.0.2");
     let mut b = start(2, "127.0.0.3");
@@ -67,8 +67,20 @@ async fn connected_pair() -> (Running, Running) {
         })
         .await
         .unwrap();
-    next(&mut a.events).await;
-    next(&mut b.events).await;
+    assert_eq!(
+        next(&mut a.events).await,
+        UdpEvent::Connected {
+            peer: b.node,
+            addr: b.addr
+        }
+    );
+    assert_eq!(
+        next(&mut b.events).await,
+        UdpEvent::Connected {
+            peer: a.node,
+            addr: a.addr
+        }
+    );
     (a, b)
 }
 
@@ -96,30 +108,7 @@ async fn next(events: &mut mpsc::Receiver<UdpEvent>) -> UdpEvent {
 
 #[tokio::test]
 async fn handshake_and_cells_between_real_sockets() {
-    let mut a = start(1, "127.0.0.2");
-    let mut b = start(2, "127.0.0.3");
-    a.commands
-        .send(UdpCommand::Connect {
-            peer: b.node,
-            key: Box::new(b.key.public().clone()),
-            addr: b.addr,
-        })
-        .await
-        .unwrap();
-    assert_eq!(
-        next(&mut a.events).await,
-        UdpEvent::Connected {
-            peer: b.node,
-            addr: b.addr
-        }
-    );
-    assert_eq!(
-        next(&mut b.events).await,
-        UdpEvent::Connected {
-            peer: a.node,
-            addr: a.addr
-        }
-    );
+    let (mut a, mut b) = connected_pair().await;
     // In rounds of 20 each way (UDP is unreliable: a burst far beyond the socket buffers
     // would be dropped by the kernel, which is not what this test is about).
     let (mut at_b, mut at_a) = (Vec::new(), Vec::new());

@@ -88,6 +88,14 @@ pub struct LocalTestnetSpec {
     pub runtimes: Vec<tokio::runtime::Handle>,
 }
 
+impl LocalTestnetSpec {
+    /// Make node `i`'s runtime the current one while the guard lives (nothing for a node
+    /// on the caller's runtime).
+    fn enter(&self, i: usize) -> Option<tokio::runtime::EnterGuard<'_>> {
+        self.runtimes.get(i).map(tokio::runtime::Handle::enter)
+    }
+}
+
 impl Default for LocalTestnetSpec {
     fn default() -> Self {
         LocalTestnetSpec {
@@ -170,10 +178,7 @@ impl LocalTestnet {
             // Each node's fault shim draws its own random sequence.
             settings.faults.seed = settings.faults.seed.wrapping_add(u64::from(i));
             // Sockets register with the runtime current at bind: the node's own.
-            let _on = spec
-                .runtimes
-                .get(usize::from(i - 1))
-                .map(tokio::runtime::Handle::enter);
+            let _on = spec.enter(usize::from(i - 1));
             bound.push(BoundNode::bind(keys, settings)?);
         }
         let mut descriptors = Vec::new();
@@ -191,7 +196,7 @@ impl LocalTestnet {
         let mut nodes = Vec::new();
         for (i, b) in bound.into_iter().enumerate() {
             // The node's tasks (and its echo's) go to its own runtime while this is held.
-            let _on = spec.runtimes.get(i).map(tokio::runtime::Handle::enter);
+            let _on = spec.enter(i);
             let mut node = b.start(directory.clone())?;
             if spec.echo {
                 spawn_echo(&mut node);
@@ -213,7 +218,7 @@ impl LocalTestnet {
         // directory could arrive last and undo other nodes' rotations at the client.
         let handing_out = Arc::new(tokio::sync::Mutex::new(()));
         for (i, node) in nodes.iter().flatten().enumerate() {
-            let _on = spec.runtimes.get(i).map(tokio::runtime::Handle::enter);
+            let _on = spec.enter(i);
             spawn_rotation_watch(i, node, keeper.clone(), handing_out.clone());
         }
         Ok(LocalTestnet {
