@@ -31,12 +31,40 @@ use std::time::Duration;
 
 use nyx_fec::FecConfig;
 
+use crate::circuit::{MAX_BACKWARD_BODY, MAX_FORWARD_BODY};
+
 pub use cc::CcConfig;
 pub use mux::{DEAD_AFTER, FecJob, FecJobDone, LIVENESS_PROBE, MuxStats, ReadOutcome, StreamMux};
 pub use state::StreamSnapshot;
 
-/// Stream data bytes per FEC symbol: with its headers one symbol fills a forward cell.
-pub const SYMBOL_SIZE: u16 = 1024;
+/// Stream data bytes per FEC symbol of the client's direction (forward): with the packet
+/// number, the SYMBOL frame's header, the symbol packet's header and room for an ACK, one
+/// symbol fills a forward cell's payload (1 032 bytes).
+pub const FORWARD_SYMBOL_SIZE: u16 = symbol_filling(MAX_FORWARD_BODY);
+/// Stream data bytes per FEC symbol of the exit's direction (backward), which carries
+/// downloads: a backward cell has fewer onion layers to pay for (1 064 bytes).
+pub const BACKWARD_SYMBOL_SIZE: u16 = symbol_filling(MAX_BACKWARD_BODY);
+
+/// The largest symbol that fits a packet of `body` bytes with its headers and an ACK,
+/// rounded down to whole 8-byte words.
+const fn symbol_filling(body: usize) -> u16 {
+    let room = body
+        - wire::PACKET_HEADER_LEN
+        - wire::CARRIER_HEADER_LEN
+        - nyx_fec::packet::SYMBOL_HEADER_LEN
+        - wire::ACK_LEN;
+    (room / 8 * 8) as u16
+}
+
+const _: () = assert!(FORWARD_SYMBOL_SIZE == 1032 && BACKWARD_SYMBOL_SIZE == 1064);
+
+/// The symbol size of what `role` sends; what it receives uses the other role's.
+pub const fn symbol_size(role: Role) -> u16 {
+    match role {
+        Role::Client => FORWARD_SYMBOL_SIZE,
+        Role::Exit => BACKWARD_SYMBOL_SIZE,
+    }
+}
 /// The flow-control window every stream starts with, before the receiver raises it.
 pub const INITIAL_STREAM_WINDOW: u64 = 256 * 1024;
 
@@ -57,6 +85,16 @@ pub enum Role {
     Client,
     /// The circuit's last hop: accepts streams; its packets travel backward.
     Exit,
+}
+
+impl Role {
+    /// The other end of the circuit.
+    pub const fn peer(self) -> Role {
+        match self {
+            Role::Client => Role::Exit,
+            Role::Exit => Role::Client,
+        }
+    }
 }
 
 /// Why a stream was abandoned.
@@ -160,8 +198,9 @@ impl fmt::Display for ResetReason {
 /// How the streams of a circuit behave.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamConfig {
-    /// FEC of each stream direction (`symbol_size` is forced to [`SYMBOL_SIZE`]). Default:
-    /// blocks of up to 2 048 symbols (2 MiB; a receiver refuses larger ones), 64 blocks in
+    /// FEC of each stream direction (`symbol_size` is forced to [`FORWARD_SYMBOL_SIZE`] or
+    /// [`BACKWARD_SYMBOL_SIZE`] by direction). Default:
+    /// blocks of up to 2 048 symbols (about 2 MiB; a receiver refuses larger ones), 64 blocks in
     /// flight (a bulk sender sizes its blocks to keep about 16 out, see
     /// `nyx_fec::Sender::coalescing`), 2 ms flush delay, 10 ms feedback interval, 20 ms
     /// repair holdoff, the rest as [`FecConfig::default`]. What a receiver holds for
@@ -203,7 +242,7 @@ impl Default for StreamConfig {
     fn default() -> Self {
         StreamConfig {
             fec: FecConfig {
-                symbol_size: SYMBOL_SIZE,
+                symbol_size: FORWARD_SYMBOL_SIZE,
                 max_block_symbols: 2048,
                 max_blocks_in_flight: 64,
                 flush_delay: Duration::from_millis(2),
@@ -225,7 +264,7 @@ impl StreamConfig {
     /// The first field that cannot work, as (field, reason).
     pub fn problem(&self) -> Option<(&'static str, String)> {
         let mut fec = self.fec.clone();
-        fec.symbol_size = SYMBOL_SIZE;
+        fec.symbol_size = BACKWARD_SYMBOL_SIZE;
         if let Err(e) = fec.validate() {
             return Some(("fec", e.to_string()));
         }

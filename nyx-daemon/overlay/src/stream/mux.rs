@@ -10,7 +10,7 @@ use super::pacer::Pacer;
 use super::recovery::{AckState, SentPackets};
 use super::state::{Stream, StreamSnapshot};
 use super::wire::{self, Control, MAX_TARGET_LEN};
-use super::{ResetReason, Role, SYMBOL_SIZE, StreamConfig, StreamEvent, StreamId};
+use super::{ResetReason, Role, StreamConfig, StreamEvent, StreamId, symbol_size};
 use crate::Error;
 use crate::circuit::{MAX_BACKWARD_BODY, MAX_FORWARD_BODY};
 
@@ -50,6 +50,7 @@ pub enum ReadOutcome {
 pub struct StreamMux {
     role: Role,
     config: StreamConfig,
+    rx_fec: nyx_fec::FecConfig,
     max_packet: usize,
     streams: BTreeMap<StreamId, Stream>,
     /// Client: the next id to open. Exit: one above the highest id seen.
@@ -88,7 +89,11 @@ pub struct StreamMux {
 impl StreamMux {
     /// The mux of one end of a circuit, starting at `now`.
     pub fn new(role: Role, mut config: StreamConfig, now: Timestamp) -> Result<Self, Error> {
-        config.fec.symbol_size = SYMBOL_SIZE;
+        // `config.fec` codes what this end sends; `rx_fec` what it receives: the two
+        // directions' cells carry different symbol sizes.
+        config.fec.symbol_size = symbol_size(role);
+        let mut rx_fec = config.fec.clone();
+        rx_fec.symbol_size = symbol_size(role.peer());
         if let Some((field, reason)) = config.problem() {
             return Err(Error::StreamConfig { field, reason });
         }
@@ -104,6 +109,7 @@ impl StreamMux {
             paced: false,
             now,
             config,
+            rx_fec,
             max_packet,
             streams: BTreeMap::new(),
             next_id: 1,
@@ -154,7 +160,7 @@ impl StreamMux {
         }
         let id = StreamId(self.next_id);
         self.next_id += 1;
-        let mut stream = Stream::new(&self.config.fec, self.windows(), now)?;
+        let mut stream = Stream::new(&self.config.fec, &self.rx_fec, self.windows(), now)?;
         self.seed(&mut stream);
         self.streams.insert(id, stream);
         self.controls.push_back(Control::Open {

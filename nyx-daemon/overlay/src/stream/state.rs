@@ -49,15 +49,18 @@ pub(super) struct Stream {
 }
 
 impl Stream {
+    /// A stream whose sender codes with `tx` and whose receiver with `rx` (the two
+    /// directions' symbol sizes differ).
     pub(super) fn new(
-        fec: &FecConfig,
+        tx: &FecConfig,
+        rx: &FecConfig,
         (window, max_window): (u64, u64),
         now: Timestamp,
     ) -> Result<Self, nyx_fec::Error> {
         Ok(Stream {
-            tx: Sender::new(fec.clone(), now)?,
-            rx: Receiver::new(fec.clone())?,
-            symbol_size: usize::from(fec.symbol_size),
+            tx: Sender::new(tx.clone(), now)?,
+            rx: Receiver::new(rx.clone())?,
+            symbol_size: usize::from(tx.symbol_size),
             opened: false,
             written: 0,
             peer_max: INITIAL_STREAM_WINDOW,
@@ -219,7 +222,7 @@ mod tests {
 
     fn stream() -> Stream {
         let fec = StreamConfig::default().fec;
-        Stream::new(&fec, (MIB, 4 * MIB), Timestamp::ZERO).unwrap()
+        Stream::new(&fec, &fec, (MIB, 4 * MIB), Timestamp::ZERO).unwrap()
     }
 
     #[test]

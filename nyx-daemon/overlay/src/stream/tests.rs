@@ -792,7 +792,7 @@ fn a_peer_that_never_completes_its_blocks_is_reset_at_twice_its_window() {
     use nyx_fec::packet::{SYMBOL_HEADER_LEN, SymbolHeader};
     let (mut client, _exit, id) = opened_stream();
     let now = Timestamp::from_millis(5);
-    let t = usize::from(SYMBOL_SIZE);
+    let t = usize::from(BACKWARD_SYMBOL_SIZE);
     let snapshot = client.stream_snapshots().find(|s| s.id == id).unwrap();
     let limit = 2 * (snapshot.advertised - snapshot.consumed) + 64 * 33 * t as u64;
     let mut buf = vec![0u8; 1200];
@@ -807,7 +807,7 @@ fn a_peer_that_never_completes_its_blocks_is_reset_at_twice_its_window() {
             block: 1 + i / 2000,
             esi: i % 2000,
             symbols: 2048,
-            tail: SYMBOL_SIZE,
+            tail: BACKWARD_SYMBOL_SIZE,
         }
         .write(&mut buf[body..])
         .unwrap();
@@ -824,7 +824,7 @@ fn a_peer_that_never_completes_its_blocks_is_reset_at_twice_its_window() {
     assert!(reset, "held {held} bytes without a reset");
     assert_eq!(
         held,
-        limit + t as u64,
+        (limit / t as u64 + 1) * t as u64,
         "reset at the first symbol past the bound"
     );
 }
@@ -1318,8 +1318,16 @@ fn a_bulk_download_costs_one_ack_cell_per_32_data_cells() {
         queue_limit: 512,
         ..LinkModel::default()
     };
-    let (_, s) = download(path.clone(), path, 8 * 1024 * 1024);
-    assert!(s.packets_sent > 8000, "{} packets", s.packets_sent);
+    let total = 8 * 1024 * 1024;
+    let (_, s) = download(path.clone(), path, total);
+    // Backward cells carry the exit's larger symbols: fewer packets than the client's
+    // symbol size would need.
+    let symbols = total.div_ceil(u64::from(BACKWARD_SYMBOL_SIZE));
+    assert!(
+        (symbols..total / u64::from(FORWARD_SYMBOL_SIZE)).contains(&s.packets_sent),
+        "{} packets for {symbols} symbols",
+        s.packets_sent
+    );
     assert!(
         s.packets_received * 28 <= s.packets_sent,
         "{} packets back for {} sent",

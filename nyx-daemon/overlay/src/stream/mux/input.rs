@@ -8,7 +8,7 @@ use crate::Error;
 use crate::stream::recovery::Settled;
 use crate::stream::state::Stream;
 use crate::stream::wire::{self, Control, Frame};
-use crate::stream::{ResetReason, Role, SYMBOL_SIZE, StreamEvent, StreamId};
+use crate::stream::{ResetReason, Role, StreamEvent, StreamId};
 
 impl StreamMux {
     /// Take one packet from the peer (a circuit DATA payload). A packet that does not parse
@@ -96,7 +96,8 @@ impl StreamMux {
                     self.stats.streams_reset += 1;
                     return;
                 }
-                let Ok(mut s) = Stream::new(&self.config.fec, self.windows(), now) else {
+                let Ok(mut s) = Stream::new(&self.config.fec, &self.rx_fec, self.windows(), now)
+                else {
                     return;
                 };
                 self.seed(&mut s);
@@ -219,7 +220,7 @@ impl StreamMux {
     /// What a stream's receiver may hold beyond twice its peer's remaining window: 32 extra
     /// symbols and one padded symbol per block in flight.
     fn held_slack(&self) -> u64 {
-        u64::from(self.config.fec.max_blocks_in_flight) * 33 * u64::from(SYMBOL_SIZE)
+        u64::from(self.rx_fec.max_blocks_in_flight) * 33 * u64::from(self.rx_fec.symbol_size)
     }
 
     /// After input: raise readiness events, check flow control, forget finished streams.

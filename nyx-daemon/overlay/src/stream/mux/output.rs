@@ -5,8 +5,8 @@ use nyx_core::Timestamp;
 use nyx_fec::packet::{MAX_FEEDBACK_LEN, SYMBOL_HEADER_LEN};
 
 use super::StreamMux;
+use crate::stream::StreamId;
 use crate::stream::wire::{self, CARRIER_HEADER_LEN, PACKET_HEADER_LEN};
-use crate::stream::{SYMBOL_SIZE, StreamId};
 
 impl StreamMux {
     /// Write the next packet into `out` (at least [`max_packet`](Self::max_packet) bytes
@@ -104,7 +104,8 @@ impl StreamMux {
         at: usize,
         in_flight: &mut bool,
     ) -> usize {
-        let need = CARRIER_HEADER_LEN + SYMBOL_HEADER_LEN + usize::from(SYMBOL_SIZE);
+        let need =
+            CARRIER_HEADER_LEN + SYMBOL_HEADER_LEN + usize::from(self.config.fec.symbol_size);
         if at + need + wire::ACK_LEN > out.len() {
             return at;
         }
