@@ -364,6 +364,7 @@ fn report(mux: &StreamMux, exit: bool, now: Timestamp) {
         encoders_inline = s.fec_encoders_inline,
         encoders_prepared = s.fec_encoders_prepared,
         controls_resent = s.controls_resent,
+        echoes_sent = s.echoes_sent,
         "stream counters"
     );
     for st in mux.stream_snapshots() {

@@ -14,6 +14,7 @@ use super::{ResetReason, Role, StreamConfig, StreamEvent, StreamId, symbol_size}
 use crate::Error;
 use crate::circuit::{MAX_BACKWARD_BODY, MAX_FORWARD_BODY};
 
+mod echo;
 mod input;
 mod jobs;
 mod output;
@@ -57,6 +58,8 @@ pub struct StreamMux {
     next_id: u32,
     rr: u32,
     controls: VecDeque<Control>,
+    /// Second copies of OPEN and OPENED, sent a little after the first.
+    echoes: echo::Echoes,
     acks: AckState,
     sent: SentPackets,
     cc: Vegas,
@@ -115,6 +118,7 @@ impl StreamMux {
             next_id: 1,
             rr: 0,
             controls: VecDeque::new(),
+            echoes: echo::Echoes::default(),
             acks: AckState::default(),
             sent: SentPackets::default(),
             ping: false,

@@ -33,6 +33,7 @@ impl StreamMux {
             }
             in_flight = true;
         }
+        at = self.write_echoes(now, out, at, &mut in_flight);
         at = self.write_feedback(now, out, at, &mut in_flight);
         let open = self.sent.in_flight() < self.cc.window();
         let (cwnd, srtt, ss) = self.pacing();
@@ -65,6 +66,7 @@ impl StreamMux {
         if !in_flight {
             self.stats.ack_only_sent += 1;
         }
+        self.schedule_echoes(now, &controls);
         self.sent.on_sent(now, in_flight, controls);
         self.stats.packets_sent += 1;
         Some(at)

@@ -22,6 +22,8 @@ pub struct MuxStats {
     pub lost: u64,
     /// Control frames sent again after a loss.
     pub controls_resent: u64,
+    /// Second copies of OPEN and OPENED sent (one per stream normally).
+    pub echoes_sent: u64,
     /// Probe timeouts (nothing acknowledged for a while).
     pub probe_timeouts: u64,
     /// Streams opened (client) or accepted (exit).
@@ -71,6 +73,7 @@ impl MuxStats {
         self.malformed += o.malformed;
         self.lost += o.lost;
         self.controls_resent += o.controls_resent;
+        self.echoes_sent += o.echoes_sent;
         self.probe_timeouts += o.probe_timeouts;
         self.streams_opened += o.streams_opened;
         self.streams_reset += o.streams_reset;

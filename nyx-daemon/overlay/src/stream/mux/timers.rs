@@ -32,6 +32,7 @@ impl StreamMux {
             consider(Some(self.pacer.next(cwnd, srtt, ss)));
         }
         consider(self.sent.loss_deadline());
+        consider(self.echoes.deadline());
         consider(self.pto_deadline());
         if self.in_use() {
             consider(Some(self.next_liveness_probe()));
