@@ -15,7 +15,7 @@ use nyx_node::{Error, ErrorKind};
 use nyx_node::{IsolationGroup, NodeHandle, NodeSettings, NyxStream};
 use nyx_overlay::directory::ExitPolicy;
 use nyx_overlay::path::PathError;
-use nyx_overlay::stream::{MAX_OPEN_ATTEMPTS, MuxStats, ResetReason};
+use nyx_overlay::stream::{FORWARD_SYMBOL_SIZE, MAX_OPEN_ATTEMPTS, MuxStats, ResetReason};
 use nyx_transport::fault::FaultConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -155,7 +155,9 @@ async fn echo_32_mib(transport: TransportKind, net: u8) {
         stats.window,
         stats.srtt,
     );
-    assert!(stats.fec_source_symbols >= 32 * 1024, "{stats:?}");
+    // The client's 32 MiB out, in forward-sized symbols.
+    let symbols = (32u64 << 20).div_ceil(u64::from(FORWARD_SYMBOL_SIZE));
+    assert!(stats.fec_source_symbols >= symbols, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
