@@ -269,6 +269,12 @@ pub(super) const FAMILIES: &[FamilyDef] = &[
         samples: |s, out| out(&[], n(s.streams.controls_resent)),
     },
     FamilyDef {
+        name: "nyx_stream_open_copies_total",
+        help: "Second copies of OPEN and OPENED sent (one per stream and end).",
+        kind: Counter,
+        samples: |s, out| out(&[], n(s.streams.echoes_sent)),
+    },
+    FamilyDef {
         name: "nyx_stream_probe_timeouts_total",
         help: "Stream probe timeouts (nothing acknowledged for a while).",
         kind: Counter,
