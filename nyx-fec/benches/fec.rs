@@ -22,7 +22,8 @@ use raptorq::{
     SourceBlockEncoder,
 };
 
-/// The cell symbol size: a 1040-byte packet in a 1077-byte forward cell payload.
+/// About the overlay's cell symbol sizes (1032 bytes forward, 1064 backward; each packet 16
+/// bytes more).
 const SYMBOL: u16 = 1024;
 const SIZES: [(&str, usize); 3] = [("64KiB", 64 << 10), ("1MiB", 1 << 20), ("10MiB", 10 << 20)];
 
