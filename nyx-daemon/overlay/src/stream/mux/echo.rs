@@ -33,9 +33,9 @@ impl Echoes {
 impl StreamMux {
     /// A packet with `controls` left at `now`: schedule a copy of its OPEN and OPENED.
     pub(super) fn schedule_echoes(&mut self, now: Timestamp, controls: &[Control]) {
-        let gap = (self.sent.rtt().smoothed / 4).clamp(MIN_GAP, MAX_GAP);
         for c in controls {
             if matches!(c, Control::Open { .. } | Control::Opened { .. }) {
+                let gap = (self.sent.rtt().smoothed / 4).clamp(MIN_GAP, MAX_GAP);
                 self.echoes
                     .0
                     .push_back((now.saturating_add(gap), c.clone()));
@@ -55,7 +55,9 @@ impl StreamMux {
             if *due > now {
                 break;
             }
-            if self.echo_wanted(c) {
+            // The rule for resends decides: an OPEN until its OPENED arrived, an OPENED
+            // while its stream lives.
+            if self.still_wanted(c) {
                 if at + c.len() + wire::ACK_LEN > out.len() {
                     break;
                 }
@@ -66,15 +68,5 @@ impl StreamMux {
             self.echoes.0.pop_front();
         }
         at
-    }
-
-    /// An OPEN until its OPENED arrives; an OPENED while its stream lives.
-    fn echo_wanted(&self, c: &Control) -> bool {
-        let s = self.streams.get(&c.stream());
-        match c {
-            Control::Open { .. } => s.is_some_and(|s| s.reset.is_none() && !s.opened),
-            Control::Opened { .. } => s.is_some_and(|s| s.reset.is_none()),
-            _ => false,
-        }
     }
 }

@@ -202,15 +202,16 @@ impl StreamMux {
         }
     }
 
-    /// Whether a lost control frame is still worth sending.
-    fn still_wanted(&self, c: &Control) -> bool {
+    /// Whether a lost control frame (or the second copy of an OPEN or OPENED) is still
+    /// worth sending: an OPEN only until its OPENED arrived.
+    pub(super) fn still_wanted(&self, c: &Control) -> bool {
         let s = self.streams.get(&c.stream());
         match c {
             Control::Reset { .. } => true,
-            Control::Open { .. }
-            | Control::Opened { .. }
-            | Control::Fin { .. }
-            | Control::Done { .. } => s.is_some_and(|s| s.reset.is_none()),
+            Control::Open { .. } => s.is_some_and(|s| s.reset.is_none() && !s.opened),
+            Control::Opened { .. } | Control::Fin { .. } | Control::Done { .. } => {
+                s.is_some_and(|s| s.reset.is_none())
+            }
             Control::MaxData { max, .. } => {
                 s.is_some_and(|s| s.reset.is_none() && s.advertised == *max)
             }
