@@ -155,8 +155,13 @@ async fn connect(service: &ExitService, target: &str) -> Result<TcpStream, Reset
     }
     let mut last = ResetReason::Unreachable;
     for addr in allowed {
+        let started = tokio::time::Instant::now();
         match tokio::time::timeout(service.connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(tcp)) => return Ok(tcp),
+            Ok(Ok(tcp)) => {
+                // The handshake took one round trip to the target.
+                crate::tcp::fit_receive_buffer(&tcp, started.elapsed());
+                return Ok(tcp);
+            }
             Ok(Err(e)) => {
                 last = match e.kind() {
                     std::io::ErrorKind::ConnectionRefused => ResetReason::Refused,

@@ -8,6 +8,10 @@
 //! will not when its window is full: the transfer stalls for good. [`DrainingTcp`] reads
 //! until the system itself says "would block", at the cost of one extra `recv` when a read
 //! catches up with the sender.
+//!
+//! An exit's connection to a nearby target also gets a receive buffer sized for the
+//! target's round trip ([`receive_buffer_for`]), so that the target cannot fill the exit's
+//! downlink queue ahead of the circuit's own cells.
 
 use std::io;
 use std::pin::Pin;
@@ -15,6 +19,43 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+
+/// The fastest one stream is expected to go through a circuit, in bytes a second. An
+/// exit's connection to its target needs a receive buffer of this rate times the target's
+/// round trip, and no more.
+const STREAM_RATE: u64 = 32_000_000;
+/// The smallest receive buffer pinned.
+const MIN_RECEIVE_BUFFER: u64 = 64 * 1024;
+/// The largest pinned: Linux starts a connection at 128 KiB (`tcp_rmem`) and grows it with
+/// what the application reads; a target farther away than this covers keeps that tuning.
+const MAX_PINNED_RECEIVE_BUFFER: u64 = 128 * 1024;
+
+/// The receive buffer to pin on an exit's connection to a target `rtt` away, or `None` to
+/// leave the system's tuning alone.
+///
+/// A target near the exit (a web server in the same data centre) sends faster than the
+/// exit's own link can take in, as far as the receive window lets it; a grown window lets
+/// it keep megabytes in the queue of the exit's downlink, and the circuit's ACK cells, which
+/// share that queue, wait behind them for 100 ms and more (under Shadow, 20 ms links: the
+/// circuit stalled for two round trips at every download's start; docs/benchmarks.md). A
+/// window of the rate a circuit carries times the target's round trip keeps that queue to a
+/// few milliseconds and costs the target's leg nothing.
+pub fn receive_buffer_for(rtt: std::time::Duration) -> Option<usize> {
+    let want = (rtt.as_micros().saturating_mul(u128::from(STREAM_RATE)) / 1_000_000)
+        .max(u128::from(MIN_RECEIVE_BUFFER));
+    if want > u128::from(MAX_PINNED_RECEIVE_BUFFER) {
+        return None;
+    }
+    usize::try_from(want).ok()
+}
+
+/// Pin the receive buffer of an exit's connection to its target, whose handshake took
+/// `rtt` (see [`receive_buffer_for`]). Best effort: a system that refuses keeps its own.
+pub fn fit_receive_buffer(tcp: &TcpStream, rtt: std::time::Duration) {
+    if let Some(size) = receive_buffer_for(rtt) {
+        let _ = socket2::SockRef::from(tcp).set_recv_buffer_size(size);
+    }
+}
 
 /// A [`TcpStream`] whose reads trust only "would block" as the sign that it is drained.
 #[derive(Debug)]
@@ -88,6 +129,43 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+
+    #[test]
+    fn a_near_target_gets_a_buffer_for_its_round_trip_and_a_far_one_keeps_the_systems() {
+        use std::time::Duration;
+        assert_eq!(receive_buffer_for(Duration::ZERO), Some(64 * 1024));
+        assert_eq!(
+            receive_buffer_for(Duration::from_millis(2)),
+            Some(64 * 1024)
+        );
+        assert_eq!(receive_buffer_for(Duration::from_millis(3)), Some(96_000));
+        assert_eq!(
+            receive_buffer_for(Duration::from_micros(4_096)),
+            Some(131_072)
+        );
+        assert_eq!(receive_buffer_for(Duration::from_millis(5)), None);
+        assert_eq!(receive_buffer_for(Duration::from_secs(1)), None);
+        assert_eq!(receive_buffer_for(Duration::MAX), None);
+    }
+
+    /// The size reaches the socket; a far target's socket is left as the system made it.
+    #[tokio::test]
+    async fn the_buffer_is_set_on_the_socket_only_for_a_near_target() {
+        use std::time::Duration;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let size = |t: &TcpStream| socket2::SockRef::from(t).recv_buffer_size().unwrap();
+        let far = TcpStream::connect(addr).await.unwrap();
+        let before = size(&far);
+        fit_receive_buffer(&far, Duration::from_millis(50));
+        assert_eq!(size(&far), before);
+        let near = TcpStream::connect(addr).await.unwrap();
+        fit_receive_buffer(&near, Duration::from_millis(3));
+        // Linux doubles what it is given (for its bookkeeping); others keep it.
+        let got = size(&near);
+        assert!((96_000..=2 * 96_000).contains(&got), "{got}");
+        assert_ne!(got, before);
+    }
 
     /// What arrives in pieces, with pauses between them, is read whole and in order, and
     /// the end of the stream is seen.
