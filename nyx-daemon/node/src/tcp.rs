@@ -36,10 +36,10 @@ const MAX_PINNED_RECEIVE_BUFFER: u64 = 128 * 1024;
 /// A target near the exit (a web server in the same data centre) sends faster than the
 /// exit's own link can take in, as far as the receive window lets it; a grown window lets
 /// it keep megabytes in the queue of the exit's downlink, and the circuit's ACK cells, which
-/// share that queue, wait behind them for 100 ms and more (under Shadow, 20 ms links: the
-/// circuit stalled for two round trips at every download's start; docs/benchmarks.md). A
-/// window of the rate a circuit carries times the target's round trip keeps that queue to a
-/// few milliseconds and costs the target's leg nothing.
+/// share that queue, wait behind them (40-90 ms under Shadow with 20 ms links, where the
+/// circuit stalled for about two round trips at every download's start; docs/benchmarks.md).
+/// A window of the rate a circuit carries times the target's round trip keeps that queue to
+/// a few milliseconds and holds the target's leg below no circuit slower than that rate.
 pub fn receive_buffer_for(rtt: std::time::Duration) -> Option<usize> {
     let want = (rtt.as_micros().saturating_mul(u128::from(STREAM_RATE)) / 1_000_000)
         .max(u128::from(MIN_RECEIVE_BUFFER));
