@@ -10,7 +10,7 @@
 //! catches up with the sender.
 //!
 //! An exit's connection to a nearby target also gets a receive buffer sized for the
-//! target's round trip ([`receive_buffer_for`]), so that the target cannot fill the exit's
+//! target's round trip (`receive_buffer_for`, used by the exit), so that the target cannot fill the exit's
 //! downlink queue ahead of the circuit's own cells.
 
 use std::io;
@@ -40,7 +40,7 @@ const MAX_PINNED_RECEIVE_BUFFER: u64 = 128 * 1024;
 /// circuit stalled for about two round trips at every download's start; docs/benchmarks.md).
 /// A window of the rate a circuit carries times the target's round trip keeps that queue to
 /// a few milliseconds and holds the target's leg below no circuit slower than that rate.
-pub fn receive_buffer_for(rtt: std::time::Duration) -> Option<usize> {
+pub(crate) fn receive_buffer_for(rtt: std::time::Duration) -> Option<usize> {
     let want = (rtt.as_micros().saturating_mul(u128::from(STREAM_RATE)) / 1_000_000)
         .max(u128::from(MIN_RECEIVE_BUFFER));
     if want > u128::from(MAX_PINNED_RECEIVE_BUFFER) {
@@ -51,7 +51,7 @@ pub fn receive_buffer_for(rtt: std::time::Duration) -> Option<usize> {
 
 /// Pin the receive buffer of an exit's connection to its target, whose handshake took
 /// `rtt` (see [`receive_buffer_for`]). Best effort: a system that refuses keeps its own.
-pub fn fit_receive_buffer(tcp: &TcpStream, rtt: std::time::Duration) {
+pub(crate) fn fit_receive_buffer(tcp: &TcpStream, rtt: std::time::Duration) {
     if let Some(size) = receive_buffer_for(rtt) {
         let _ = socket2::SockRef::from(tcp).set_recv_buffer_size(size);
     }
