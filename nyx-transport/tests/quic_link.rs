@@ -413,3 +413,68 @@ async fn a_client_endpoint_shows_a_fresh_identity_per_link_and_accepts_nothing()
         Ok(Ok(_)) => panic!("a client endpoint accepted a connection"),
     }
 }
+
+/// ACK frames the receiving end of a link sends for `CELLS` cells, with the endpoints'
+/// `ack_every` set to `ack_every`, and how long the cells took.
+async fn acks_for_cells(ack_every: u32, ips: (&str, &str)) -> (u64, Duration) {
+    let config = QuicConfig {
+        ack_every,
+        ..QuicConfig::default()
+    };
+    let endpoint = |seed: u8, ip: &str| {
+        let id = Arc::new(IdentityKey::from_seed(&[seed; 32]));
+        let addr: SocketAddr = format!("{ip}:0").parse().unwrap();
+        (
+            id.clone(),
+            QuicEndpoint::bind(addr, id, config.clone()).unwrap(),
+        )
+    };
+    let (_, a) = endpoint(1, ips.0);
+    let (b_id, b) = endpoint(2, ips.1);
+    let (dialled, accepted) = linked(&a, &b, b_id.node_id()).await;
+    let ((ab, _at_a), (ba, mut at_b)) = (driven(dialled), driven(accepted));
+    // A first round, so that the dialler's ACK_FREQUENCY frame has arrived.
+    for i in 1..=8u8 {
+        ab.send_cell(Bytes::from(vec![i; 1152])).unwrap();
+        cell(&mut at_b).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = ba.raw_connection().stats();
+    // One cell at a time, as cells arrive on a link slower than the machine (a burst that
+    // arrives at once is acknowledged once, whatever the rule).
+    let start = std::time::Instant::now();
+    for i in 0..CELLS {
+        ab.send_cell(Bytes::from(vec![i as u8 | 1; 1152])).unwrap();
+        cell(&mut at_b).await;
+    }
+    let took = start.elapsed();
+    // The last acknowledgement waits for the ACK delay.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after = ba.raw_connection().stats();
+    let received = after.frame_rx.datagram - before.frame_rx.datagram;
+    assert_eq!(received, CELLS as u64, "one DATAGRAM frame per cell");
+    a.close();
+    b.close();
+    (after.frame_tx.acks - before.frame_tx.acks, took)
+}
+
+const CELLS: usize = 320;
+
+#[tokio::test]
+async fn a_busy_link_is_acknowledged_once_per_ack_every_packets() {
+    // QUIC's usual rule (every second packet) against the default of 32.
+    let (every_second, _) = acks_for_cells(2, ("127.0.0.2", "127.0.0.3")).await;
+    let ack_every = QuicConfig::default().ack_every;
+    let (default, took) = acks_for_cells(ack_every, ("127.0.0.4", "127.0.0.5")).await;
+    assert!(
+        every_second >= CELLS as u64 * 2 / 5,
+        "every second packet: {every_second} ACKs for {CELLS} cells"
+    );
+    // One per 32 packets, and one per ACK delay (at most 25 ms) that passed meanwhile, the
+    // last of them included.
+    let delays = (took.as_millis() / 25) as u64 + 2;
+    assert!(
+        default <= CELLS as u64 / u64::from(ack_every) + delays,
+        "one per {ack_every} packets: {default} ACKs for {CELLS} cells in {took:?}"
+    );
+}

@@ -68,6 +68,18 @@ pub struct QuicConfig {
     /// Links open at once (dialled and accepted) before an accepted one must make room by
     /// closing a quiet link, or is refused (see `quic/table.rs`). Default 4096.
     pub max_links: usize,
+    /// A link's peer acknowledges once per this many packets that ask for an
+    /// acknowledgement, or when its largest ACK delay has passed (QUIC's ACK-frequency
+    /// extension, which quinn speaks at both ends); a gap in the packet numbers does not
+    /// make it acknowledge at once. Default 32. Without it a peer acknowledges every second
+    /// packet: every cell is a DATAGRAM frame, which asks for one, so a busy link carried
+    /// an ACK-only packet per two cells the other way, on the uplink its cells also use.
+    /// Only quinn reads these acknowledgements (DATAGRAM frames are never resent, and the
+    /// default [`QuicCongestion::CircuitsOnly`] ignores loss); the circuits and the link's
+    /// control messages acknowledge on their own. With [`QuicCongestion::Bbr`] or
+    /// [`QuicCongestion::Cubic`] quinn's controller is clocked by them: 2 restores QUIC's
+    /// usual rule. 0 counts as 1.
+    pub ack_every: u32,
 }
 
 /// Which congestion controller quinn runs on a link.
@@ -97,6 +109,7 @@ impl Default for QuicConfig {
             socket: SocketMode::Auto,
             pad_to: nyx_crypto::onion::CELL_LEN + 4,
             max_links: 4096,
+            ack_every: 32,
         }
     }
 }
@@ -388,6 +401,10 @@ fn transport(config: &QuicConfig) -> Result<quinn::TransportConfig, Error> {
     t.keep_alive_interval(Some(config.keep_alive));
     t.datagram_receive_buffer_size(Some(config.datagram_receive_buffer));
     t.datagram_send_buffer_size(config.datagram_receive_buffer);
+    let mut acks = quinn::AckFrequencyConfig::default();
+    acks.ack_eliciting_threshold(config.ack_every.saturating_sub(1).into())
+        .reordering_threshold(0u32.into());
+    t.ack_frequency_config(Some(acks));
     match config.congestion {
         QuicCongestion::CircuitsOnly => {
             t.congestion_controller_factory(Arc::new(CircuitsOnlyConfig));
