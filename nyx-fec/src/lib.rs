@@ -14,7 +14,8 @@
 //!   soon as every byte before them arrived (no decoding on a loss-free path), decodes a
 //!   block that lost a source symbol once enough symbols arrived, in any order, with
 //!   duplicates and late symbols ignored, holds at most
-//!   `max_blocks_in_flight` blocks, and reports loss counters and missing symbols.
+//!   `max_blocks_in_flight` blocks, and reports loss counters and missing symbols. The
+//!   decode can run on another thread ([`Receiver::poll_decode`]).
 //! * [`controller`]: the loss estimator and the redundancy law (docs/fec.md).
 //! * [`packet`]: the wire formats of symbol packets and feedback.
 //!
@@ -53,5 +54,5 @@ mod sender;
 
 pub use config::{FecConfig, MAX_SOURCE_SYMBOLS};
 pub use error::Error;
-pub use receiver::{Receiver, ReceiverStats, SETTLE_LAG};
+pub use receiver::{DecodeJob, DecodedBlock, Receiver, ReceiverStats, SETTLE_LAG};
 pub use sender::{EncoderJob, PREPARE_MIN_SYMBOLS, PreparedEncoder, Sender, SenderStats};

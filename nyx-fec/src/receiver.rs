@@ -12,9 +12,11 @@ use crate::packet::{Feedback, MAX_REQUESTS, NEEDED_ALL, Request, SymbolHeader};
 use crate::{Error, FecConfig};
 
 mod block;
+mod jobs;
 mod settle;
 
 use block::{Block, Taken};
+pub use jobs::{DecodeJob, DecodedBlock};
 
 /// Sequence numbers remembered for duplicate detection.
 const SEQ_WINDOW: u32 = 4096;
@@ -79,6 +81,8 @@ pub struct Receiver {
     dirty: bool,
     last_feedback: Option<Timestamp>,
     stats: ReceiverStats,
+    /// Decodes are handed out as jobs ([`Receiver::offload_decodes`]).
+    offload: bool,
 }
 
 impl Receiver {
@@ -104,6 +108,7 @@ impl Receiver {
             dirty: false,
             last_feedback: None,
             stats: ReceiverStats::default(),
+            offload: false,
         })
     }
 
@@ -149,7 +154,8 @@ impl Receiver {
         let slot = &mut self.slots[idx];
         if let Slot::Empty { .. } = slot {
             let len = h.block_len(symbol_size);
-            *slot = Slot::Collecting(Box::new(Block::new(h.symbols, len, symbol_size, now)));
+            let block = Block::new(h.symbols, len, symbol_size, now, self.offload);
+            *slot = Slot::Collecting(Box::new(block));
         }
         let Slot::Collecting(block) = slot else {
             return Ok(()); // already complete: a late repair symbol

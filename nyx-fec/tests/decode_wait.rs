@@ -1,6 +1,7 @@
 //! When a large block that lost source symbols decodes: once 16 symbols beyond K arrived
 //! (RaptorQ's decode is cheaper then), or with exactly K once no more are coming (a later
-//! block began, or nothing of the block arrived for 2 ms).
+//! block began, or nothing of the block arrived for 2 ms); and, with decodes handed out as
+//! jobs, only when its job's outcome comes back.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -143,4 +144,49 @@ fn a_small_block_decodes_at_k_without_waiting() {
     }
     assert_eq!(held, 64, "the up-front repair covers the lost symbol");
     assert_eq!(rx.readable(), data.len(), "decoded at exactly K");
+}
+
+#[test]
+fn with_decode_jobs_a_block_completes_when_its_job_comes_back() {
+    let (data, packets) = sent(2);
+    let mut rx = Receiver::new(config()).unwrap();
+    rx.offload_decodes();
+    assert!(rx.poll_decode().is_none(), "nothing to decode yet");
+    let total = feed_block0(&mut rx, &packets, K + 16, ms(1));
+    // Enough for the cheap decode: handed out once, not run here.
+    let job = rx.poll_decode().expect("block 0's decode");
+    assert_eq!(job.block(), 0);
+    assert!(rx.poll_decode().is_none(), "a job is handed out once");
+    assert_eq!(
+        rx.readable(),
+        0,
+        "source symbol 0 is missing: nothing to read"
+    );
+    // The block keeps taking symbols, and neither they, a later block nor the decode
+    // timer decode it here.
+    let block0: Vec<&Vec<u8>> = packets.iter().filter(|p| block_of(p) == 0).collect();
+    for p in &block0[K + 16..total] {
+        rx.handle_packet(p, ms(2)).unwrap();
+    }
+    for p in packets.iter().filter(|p| block_of(p) == 1) {
+        rx.handle_packet(p, ms(2)).unwrap();
+    }
+    rx.handle_timeout(ms(10));
+    assert_eq!(rx.readable(), 0);
+    assert_eq!(rx.stats().decoded, 0);
+    // Block 1 lost nothing: complete, waiting behind block 0.
+    assert!(rx.poll_decode().is_none());
+    rx.handle_decoded(job.run());
+    assert_eq!(rx.stats().decoded, 1);
+    assert_eq!(rx.readable(), data.len(), "both blocks, in order");
+    let mut out = vec![0u8; data.len()];
+    assert_eq!(rx.read(&mut out), data.len());
+    assert_eq!(out, data);
+    // A second outcome for a block already delivered is ignored.
+    let (_, again) = sent(1);
+    let mut other = Receiver::new(config()).unwrap();
+    other.offload_decodes();
+    feed_block0(&mut other, &again, K + 16, ms(1));
+    rx.handle_decoded(other.poll_decode().unwrap().run());
+    assert_eq!(rx.readable(), 0);
 }

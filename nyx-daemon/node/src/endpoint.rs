@@ -105,7 +105,10 @@ impl std::fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    pub(super) fn new(mux: StreamMux, path: Vec<NodeId>) -> Self {
+    /// The endpoint of a circuit end whose streams `mux` carries. Its task ([`run`]) hands
+    /// the mux's FEC work, decodes included, to other threads ([`run_job`]).
+    pub(super) fn new(mut mux: StreamMux, path: Vec<NodeId>) -> Self {
+        mux.offload_decodes();
         Endpoint {
             shared: Arc::new(Mutex::new(Shared {
                 mux,
@@ -307,19 +310,26 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
     }
 }
 
-/// Build a block's encoder on tokio's blocking pool, not on this task: it takes
-/// milliseconds, during which every other packet of the circuit would wait (and on a node
-/// with one worker thread, every other circuit too). The result goes back into the mux,
-/// whose next repair symbol uses it; nothing waits for it. At most one job per CPU core
-/// runs at once in the process: beyond that a job is dropped, and its block builds the
-/// encoder when its repair is due, as it would without jobs (streams cannot pile up
-/// threads).
+/// Build a block's encoder, or decode a block, on tokio's blocking pool, not on this
+/// task: either takes milliseconds, during which every other packet of the circuit would
+/// wait, its ACKs included (and on a node with one worker thread, every other circuit
+/// too). An encoder goes back into the mux, whose next repair symbol uses it; nothing waits
+/// for it. A decoded block is delivered, and the task woken to tell its reader. At most one
+/// job per CPU core runs at once in the process: beyond that an encoder job is dropped (its
+/// block builds the encoder when its repair is due, as it would without jobs) and a decode
+/// runs here, on the task, as it would without jobs (streams cannot pile up threads).
 fn run_job(ep: &Endpoint, job: FecJob) {
     static RUNNING: AtomicUsize = AtomicUsize::new(0);
     static LIMIT: OnceLock<usize> = OnceLock::new();
     let limit = *LIMIT.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let decode = job.is_decode();
     if RUNNING.fetch_add(1, Ordering::AcqRel) >= limit {
         RUNNING.fetch_sub(1, Ordering::AcqRel);
+        if decode {
+            let done = job.run();
+            ep.lock().mux.handle_job_done(done);
+            ep.notify.notify_one();
+        }
         return;
     }
     /// Counts the job as finished however it ends.
@@ -335,6 +345,9 @@ fn run_job(ep: &Endpoint, job: FecJob) {
         let _running = running;
         let done = job.run();
         ep.lock().mux.handle_job_done(done);
+        if decode {
+            ep.notify.notify_one();
+        }
     });
 }
 

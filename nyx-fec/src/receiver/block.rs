@@ -25,6 +25,17 @@ fn decode_extra(k: u16) -> u32 {
     }
 }
 
+/// A block's decode job (`Receiver::offload_decodes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Job {
+    /// None wanted, or the block decodes inline.
+    None,
+    /// It holds enough symbols; `Receiver::poll_decode` hands the job out.
+    Ready,
+    /// Handed out; `Receiver::handle_decoded` takes the outcome.
+    Out,
+}
+
 /// What a symbol did to its block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Taken {
@@ -63,13 +74,17 @@ pub(super) struct Block {
     decoder: Option<Box<SourceBlockDecoder>>,
     /// It took RaptorQ decoding to complete (a source symbol never arrived).
     pub(super) decoded: bool,
+    /// Decodes run as jobs off the packet path (`Receiver::offload_decodes`).
+    pub(super) offload: bool,
+    /// Where its decode job stands (only with `offload`).
+    pub(super) job: Job,
     /// Symbol packets received for the block (duplicates included).
     pub(super) received: u32,
     pub(super) last_at: Timestamp,
 }
 
 impl Block {
-    pub(super) fn new(k: u16, len: usize, t: u16, now: Timestamp) -> Self {
+    pub(super) fn new(k: u16, len: usize, t: u16, now: Timestamp, offload: bool) -> Self {
         let t = usize::from(t);
         Block {
             k,
@@ -84,6 +99,8 @@ impl Block {
             repairs: 0,
             decoder: None,
             decoded: false,
+            offload,
+            job: Job::None,
             received: 0,
             last_at: now,
         }
@@ -160,12 +177,56 @@ impl Block {
     /// The block could decode now but waits for [`decode_extra`] more symbols, which make
     /// the decode cheaper; [`Block::decode`] ends the wait.
     pub(super) fn waiting(&self) -> bool {
-        self.decoder.is_none() && self.held() >= u32::from(self.k)
+        self.decoder.is_none() && self.job == Job::None && self.held() >= u32::from(self.k)
     }
 
     /// Decode from the symbols held, if there are K of them; a decoder that needs more keeps
-    /// its state and takes every later symbol.
+    /// its state and takes every later symbol. With `offload` the block only becomes
+    /// [`Job::Ready`]: the receiver hands the decode out as a job (`Receiver::poll_decode`).
     pub(super) fn decode(&mut self) -> Taken {
+        if self.offload && self.decoder.is_none() {
+            if self.job == Job::None && self.held() >= u32::from(self.k) {
+                self.job = Job::Ready;
+            }
+            return Taken::Held;
+        }
+        self.decode_inline()
+    }
+
+    /// A ready block's decode as a job: copies of every symbol it holds (the block keeps
+    /// its own, so its leading bytes stay readable and a failed job can be retried).
+    pub(super) fn start_job(&mut self) -> Option<Vec<EncodingPacket>> {
+        if self.job != Job::Ready {
+            return None;
+        }
+        self.job = Job::Out;
+        let repairs = self.repair.iter().map(|(e, s)| packet(*e, s.clone()));
+        Some(self.source_packets().chain(repairs).collect())
+    }
+
+    /// Copies of the source symbols held, as RaptorQ takes them (owned).
+    fn source_packets(&self) -> impl Iterator<Item = EncodingPacket> + '_ {
+        let t = self.t;
+        (0..u32::from(self.k))
+            .filter(|&i| has(&self.have, i))
+            .map(move |i| packet(i, self.data[i as usize * t..(i as usize + 1) * t].to_vec()))
+    }
+
+    /// Its job's outcome: the block's bytes, or `None` when RaptorQ needed more symbols;
+    /// then it decodes here from everything it holds now (symbols kept arriving meanwhile),
+    /// as a block without jobs does. An outcome for no job out is stale and ignored.
+    pub(super) fn job_done(&mut self, decoded: Option<Vec<u8>>) -> Taken {
+        if self.job != Job::Out {
+            return Taken::Held;
+        }
+        self.job = Job::None;
+        match decoded {
+            Some(data) => self.finish(Some(data)),
+            None => self.decode_inline(),
+        }
+    }
+
+    fn decode_inline(&mut self) -> Taken {
         let decoded = if self.decoder.is_none() && self.held() >= u32::from(self.k) {
             let config = block_config(self.k, self.t as u16);
             let mut decoder = Box::new(SourceBlockDecoder::new(
@@ -173,14 +234,10 @@ impl Block {
                 &config,
                 u64::from(self.k) * self.t as u64,
             ));
-            let (t, data, have) = (self.t, &self.data, &self.have);
-            let sources = (0..u32::from(self.k))
-                .filter(|&i| has(have, i))
-                .map(|i| packet(i, data[i as usize * t..(i as usize + 1) * t].to_vec()));
             let repairs = std::mem::take(&mut self.repair)
                 .into_iter()
                 .map(|(e, s)| packet(e, s));
-            let decoded = decoder.decode(sources.chain(repairs));
+            let decoded = decoder.decode(self.source_packets().chain(repairs));
             if decoded.is_none() {
                 self.decoder = Some(decoder);
             }

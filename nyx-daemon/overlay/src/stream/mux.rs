@@ -87,6 +87,8 @@ pub struct StreamMux {
     /// The loss rate and mean loss run a stream of this circuit measured last: where the
     /// next one's FEC starts.
     learned_loss: Option<(f64, f64)>,
+    /// Streams' receivers hand their decodes out as jobs ([`StreamMux::offload_decodes`]).
+    offload_decodes: bool,
 }
 
 impl StreamMux {
@@ -131,6 +133,7 @@ impl StreamMux {
             scratch: Vec::new(),
             learned_window,
             learned_loss: None,
+            offload_decodes: false,
         })
     }
 
@@ -244,12 +247,16 @@ impl StreamMux {
     /// prior's repair with them. It also knows the circuit's round trip from the start, so
     /// that its probe for a response whose every packet was lost comes a round trip after
     /// it, not after the sender's fixed default (`FecConfig::probe_timeout`); the round
-    /// trip is updated with every new sample (`settle`).
+    /// trip is updated with every new sample (`settle`). Its receiver hands decodes out as
+    /// jobs if the driver asked for that ([`StreamMux::offload_decodes`]).
     fn seed(&self, stream: &mut Stream) {
         if let Some((loss, burst)) = self.learned_loss {
             stream.tx.seed_loss(loss, burst);
         }
         stream.tx.set_rtt(self.sent.rtt().repair_delay());
+        if self.offload_decodes {
+            stream.rx.offload_decodes();
+        }
     }
 
     /// Copy readable bytes into `buf`.

@@ -155,6 +155,8 @@ struct Sim {
     /// Run the muxes' FEC jobs (`StreamMux::poll_job`) as soon as they are offered, as a
     /// driver with a thread to spare does.
     jobs: bool,
+    /// Decode jobs run.
+    decode_jobs: u64,
 }
 
 impl Sim {
@@ -178,6 +180,7 @@ impl Sim {
             rng: Rng(7),
             cells: [0, 0],
             jobs: false,
+            decode_jobs: 0,
         }
     }
 
@@ -230,6 +233,7 @@ impl Sim {
             for (a, b) in &mut self.circuits {
                 for mux in [a, b] {
                     while let Some(job) = mux.poll_job() {
+                        self.decode_jobs += u64::from(job.is_decode());
                         mux.handle_job_done(job.run());
                     }
                 }
@@ -923,6 +927,24 @@ fn encoders_built_ahead_serve_a_lossy_transfer() {
         with.fec_encoders_inline < without.fec_encoders_inline,
         "{with:?}"
     );
+}
+
+/// Decodes handed out as jobs serve a lossy transfer: byte-exact both ways, the blocks
+/// that lost source symbols decoded by jobs.
+#[test]
+fn decodes_as_jobs_serve_a_lossy_transfer() {
+    let mut sim = Sim::new(1, lossy(0.05), lossy(0.05), StreamConfig::default());
+    sim.jobs = true;
+    sim.client(0).offload_decodes();
+    sim.exit(0).offload_decodes();
+    let total = 4 * 1024 * 1024;
+    let (client, exit) = transfer(&mut sim, 1, total, Duration::from_secs(120));
+    for v in exit.received.values().chain(client.received.values()) {
+        assert_eq!(*v, total);
+    }
+    assert!(sim.forward.random_loss > 0 && sim.backward.random_loss > 0);
+    // Both directions' blocks of 2 048 symbols lose symbols at 5%: each is decoded.
+    assert!(sim.decode_jobs >= 4, "{} decode jobs", sim.decode_jobs);
 }
 
 #[test]
