@@ -15,7 +15,7 @@ mod block;
 mod jobs;
 mod settle;
 
-use block::{Block, Taken};
+use block::{Block, Job, Taken};
 pub use jobs::{DecodeJob, DecodedBlock};
 
 /// Sequence numbers remembered for duplicate detection.
@@ -204,6 +204,9 @@ impl Receiver {
             return;
         };
         if taken == Taken::Complete {
+            // The sender learns of it with the next report, even when no packet arrives to
+            // prompt one (a block decoded by a job or the decode timer after the last report).
+            self.dirty = true;
             self.stats.blocks += 1;
             self.stats.decoded += u64::from(block.decoded);
             let data = std::mem::take(&mut block.data);
@@ -341,7 +344,8 @@ impl Receiver {
                 Slot::Empty { since } if quiet(since) => NEEDED_ALL,
                 Slot::Empty { .. } => continue,
                 Slot::Collecting(b) => {
-                    if !quiet(&b.last_at) {
+                    // Not quiet yet, or its decode is out as a job (it holds K symbols).
+                    if !quiet(&b.last_at) || b.job != Job::None {
                         continue;
                     }
                     let want = u32::from(b.k) + DECODE_MARGIN;

@@ -326,9 +326,7 @@ fn run_job(ep: &Endpoint, job: FecJob) {
     if RUNNING.fetch_add(1, Ordering::AcqRel) >= limit {
         RUNNING.fetch_sub(1, Ordering::AcqRel);
         if decode {
-            let done = job.run();
-            ep.lock().mux.handle_job_done(done);
-            ep.notify.notify_one();
+            complete_job(ep, job);
         }
         return;
     }
@@ -343,12 +341,27 @@ fn run_job(ep: &Endpoint, job: FecJob) {
     let ep = ep.clone();
     tokio::task::spawn_blocking(move || {
         let _running = running;
-        let done = job.run();
-        ep.lock().mux.handle_job_done(done);
-        if decode {
-            ep.notify.notify_one();
-        }
+        complete_job(&ep, job);
     });
+}
+
+/// Run `job` and give its result to the mux; for a decode, wake the task to tell the
+/// reader. A job that panics (a bug in RaptorQ, or input it should have refused) loses its
+/// result: an encoder is then built on the task when its repair is due, and a decode's
+/// stream, whose block would otherwise wait for ever, is reset.
+fn complete_job(ep: &Endpoint, job: FecJob) {
+    let (stream, decode) = (job.stream(), job.is_decode());
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())) {
+        Ok(done) => ep.lock().mux.handle_job_done(done),
+        Err(_) if decode => {
+            tracing::warn!("a stream's FEC decode failed unexpectedly; resetting the stream");
+            ep.reset(stream, ResetReason::Protocol);
+        }
+        Err(_) => tracing::warn!("building a FEC encoder failed unexpectedly"),
+    }
+    if decode {
+        ep.notify.notify_one();
+    }
 }
 
 /// Log a circuit end's stream counters: what tells a window limit from loss, repair or

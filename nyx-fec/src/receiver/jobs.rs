@@ -179,6 +179,28 @@ mod tests {
     }
 
     #[test]
+    fn a_block_its_job_completes_is_reported_and_not_asked_for_meanwhile() {
+        use crate::packet::{Feedback, MAX_FEEDBACK_LEN};
+        let (mut rx, _) = ready_block();
+        let interval = FecConfig::default().feedback_interval;
+        let mut fb = [0u8; MAX_FEEDBACK_LEN];
+        let now = Timestamp::ZERO;
+        assert!(rx.poll_feedback(now, &mut fb).unwrap().is_some());
+        let job = rx.poll_decode().unwrap();
+        // Quiet for a feedback interval while its decode runs: no repair asked for it.
+        let later = now.saturating_add(interval * 2);
+        let n = rx.poll_feedback(later, &mut fb).unwrap().unwrap();
+        let report = Feedback::parse(&fb[..n]).unwrap();
+        assert_eq!(report.next, 0);
+        assert!(report.requests.is_empty(), "{report:?}");
+        // The job completes the block with no packet arriving: a report is due, and says so.
+        rx.handle_decoded(job.run());
+        let due = rx.poll_timeout().expect("a report of the block");
+        let n = rx.poll_feedback(due, &mut fb).unwrap().unwrap();
+        assert_eq!(Feedback::parse(&fb[..n]).unwrap().next, 1);
+    }
+
+    #[test]
     fn an_outcome_nobody_asked_for_is_ignored() {
         let (mut rx, data) = ready_block();
         // No job was taken: an outcome is stale, whatever it says.
