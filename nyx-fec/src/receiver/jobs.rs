@@ -55,13 +55,6 @@ pub struct DecodedBlock {
     data: Option<Vec<u8>>,
 }
 
-impl DecodedBlock {
-    /// The block it is for.
-    pub fn block(&self) -> u32 {
-        self.block
-    }
-}
-
 impl std::fmt::Debug for DecodedBlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DecodedBlock")
@@ -90,6 +83,9 @@ impl Receiver {
     ///
     /// [`offload_decodes`]: Self::offload_decodes
     pub fn poll_decode(&mut self) -> Option<DecodeJob> {
+        if !self.offload {
+            return None;
+        }
         let symbol_size = self.config.symbol_size;
         let next = self.next;
         self.slots

@@ -77,11 +77,10 @@ impl StreamMux {
     /// decodes first (the reader waits for them), then encoders. Give its result to
     /// [`handle_job_done`](Self::handle_job_done).
     pub fn poll_job(&mut self) -> Option<FecJob> {
-        let live = |s: &&mut super::Stream| s.reset.is_none();
         let decode = self
             .streams
             .iter_mut()
-            .filter(|(_, s)| live(s))
+            .filter(|(_, s)| s.reset.is_none())
             .find_map(|(id, s)| {
                 s.rx.poll_decode().map(|job| FecJob {
                     stream: *id,
