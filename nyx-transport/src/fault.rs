@@ -51,6 +51,16 @@ impl Default for FaultConfig {
     }
 }
 
+impl FaultConfig {
+    /// Whether a shim with this configuration would change anything: some loss,
+    /// duplication, reordering or delay. The seed and the reorder window alone change
+    /// nothing, so a caller that varies only the seed (one per node) need not pay for a
+    /// shim that passes every datagram through.
+    pub fn injects_faults(&self) -> bool {
+        self.loss > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0 || !self.delay.is_zero()
+    }
+}
+
 /// What the shim did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FaultStats {
@@ -307,6 +317,42 @@ mod tests {
         );
         let inversions = out.windows(2).filter(|w| w[1] < w[0]).count();
         assert!(inversions > 1000, "reordering visible: {inversions}");
+    }
+
+    #[test]
+    fn only_a_configuration_that_changes_datagrams_injects_faults() {
+        // Another seed or reorder window alone: the shim passes everything through in
+        // order, so leaving it out changes nothing.
+        let quiet = FaultConfig {
+            seed: 7,
+            reorder_window: Duration::from_millis(5),
+            ..FaultConfig::default()
+        };
+        assert!(!quiet.injects_faults());
+        let (out, stats) = run(quiet, 1000);
+        assert_eq!(out, (0..1000).collect::<Vec<_>>());
+        assert_eq!(stats.seen, 1000);
+        let base = FaultConfig::default();
+        for faulty in [
+            FaultConfig {
+                loss: 0.01,
+                ..base.clone()
+            },
+            FaultConfig {
+                duplicate: 0.01,
+                ..base.clone()
+            },
+            FaultConfig {
+                reorder: 0.01,
+                ..base.clone()
+            },
+            FaultConfig {
+                delay: Duration::from_micros(1),
+                ..base.clone()
+            },
+        ] {
+            assert!(faulty.injects_faults(), "{faulty:?}");
+        }
     }
 
     #[test]

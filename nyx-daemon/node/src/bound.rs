@@ -12,7 +12,6 @@ use nyx_crypto::identity::IdentityKey;
 use nyx_crypto::kem::HybridPublicKey;
 use nyx_crypto::onion_keys::{OnionKeyRing, RotationPolicy};
 use nyx_overlay::directory::{Descriptor, DescriptorBuilder, Directory};
-use nyx_transport::fault::FaultConfig;
 use nyx_transport::quic::QuicEndpoint;
 use nyx_transport::udp::UdpTransport;
 
@@ -56,9 +55,7 @@ impl BoundNode {
         };
         let bound = match settings.transport {
             // The fault shim (one datagram per send, no GSO) only where a test asks for it.
-            TransportKind::Quic
-                if settings.faults != FaultConfig::default() || settings.tap.is_some() =>
-            {
+            TransportKind::Quic if settings.faults.injects_faults() || settings.tap.is_some() => {
                 let (endpoint, shim) = QuicEndpoint::bind_with_faults(
                     settings.listen,
                     relay.then(|| identity.clone()),
@@ -94,7 +91,7 @@ impl BoundNode {
                 if let Some(tap) = &settings.tap {
                     udp.set_tap(tap.clone())?;
                 }
-                if settings.faults != FaultConfig::default() {
+                if settings.faults.injects_faults() {
                     let _counters = udp.set_faults(settings.faults.clone());
                 }
                 Bound::Udp(Box::new(udp))
