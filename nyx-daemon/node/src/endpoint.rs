@@ -3,8 +3,7 @@
 //! and the [`NyxStream`](crate::NyxStream)s that read and write it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use bytes::Bytes;
@@ -13,11 +12,14 @@ use nyx_core::{NodeId, Timestamp};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
+mod jobs;
+
 use crate::Error;
 use crate::handle::Command;
 use crate::{Circuit, CircuitMessage};
+use jobs::run_job;
 use nyx_overlay::circuit::{CellArena, DestroyReason, ExitHandle, MAX_BACKWARD_BODY};
-use nyx_overlay::stream::{FecJob, ResetReason, StreamEvent, StreamId, StreamMux};
+use nyx_overlay::stream::{ResetReason, StreamEvent, StreamId, StreamMux};
 
 /// Packets moved per wake-up before the task looks at its inputs again.
 const BATCH: usize = 128;
@@ -307,60 +309,6 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
                 s.mux.handle_timeout(now);
             }
         }
-    }
-}
-
-/// Build a block's encoder, or decode a block, on tokio's blocking pool, not on this
-/// task: either takes milliseconds, during which every other packet of the circuit would
-/// wait, its ACKs included (and on a node with one worker thread, every other circuit
-/// too). An encoder goes back into the mux, whose next repair symbol uses it; nothing waits
-/// for it. A decoded block is delivered, and the task woken to tell its reader. At most one
-/// job per CPU core runs at once in the process: beyond that an encoder job is dropped (its
-/// block builds the encoder when its repair is due, as it would without jobs) and a decode
-/// runs here, on the task, as it would without jobs (streams cannot pile up threads).
-fn run_job(ep: &Endpoint, job: FecJob) {
-    static RUNNING: AtomicUsize = AtomicUsize::new(0);
-    static LIMIT: OnceLock<usize> = OnceLock::new();
-    let limit = *LIMIT.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let decode = job.is_decode();
-    if RUNNING.fetch_add(1, Ordering::AcqRel) >= limit {
-        RUNNING.fetch_sub(1, Ordering::AcqRel);
-        if decode {
-            complete_job(ep, job);
-        }
-        return;
-    }
-    /// Counts the job as finished however it ends.
-    struct Running;
-    impl Drop for Running {
-        fn drop(&mut self) {
-            RUNNING.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-    let running = Running;
-    let ep = ep.clone();
-    tokio::task::spawn_blocking(move || {
-        let _running = running;
-        complete_job(&ep, job);
-    });
-}
-
-/// Run `job` and give its result to the mux; for a decode, wake the task to tell the
-/// reader. A job that panics (a bug in RaptorQ, or input it should have refused) loses its
-/// result: an encoder is then built on the task when its repair is due, and a decode's
-/// stream, whose block would otherwise wait for ever, is reset.
-fn complete_job(ep: &Endpoint, job: FecJob) {
-    let (stream, decode) = (job.stream(), job.is_decode());
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())) {
-        Ok(done) => ep.lock().mux.handle_job_done(done),
-        Err(_) if decode => {
-            tracing::warn!("a stream's FEC decode failed unexpectedly; resetting the stream");
-            ep.reset(stream, ResetReason::Protocol);
-        }
-        Err(_) => tracing::warn!("building a FEC encoder failed unexpectedly"),
-    }
-    if decode {
-        ep.notify.notify_one();
     }
 }
 
