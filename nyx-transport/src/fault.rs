@@ -395,7 +395,14 @@ mod tests {
 /// datagrams of one size, no identifier in clear). Cheap to clone; share one between nodes.
 #[derive(Debug, Clone, Default)]
 pub struct WireTap {
-    seen: Arc<std::sync::Mutex<Vec<TappedDatagram>>>,
+    seen: Arc<std::sync::Mutex<TapLog>>,
+}
+
+#[derive(Debug, Default)]
+struct TapLog {
+    /// Sends recorded so far (system calls, a GSO batch being one).
+    sends: u64,
+    datagrams: Vec<TappedDatagram>,
 }
 
 /// One datagram a tapped socket sent.
@@ -407,6 +414,9 @@ pub struct TappedDatagram {
     pub to: SocketAddr,
     /// The bytes on the wire.
     pub bytes: Vec<u8>,
+    /// Which send carried it, counting every send the tap recorded from 0: the datagrams
+    /// of one GSO batch share it.
+    pub send: u64,
 }
 
 impl WireTap {
@@ -425,22 +435,25 @@ impl WireTap {
         segment_size: Option<usize>,
     ) {
         let size = segment_size.unwrap_or(contents.len()).max(1);
-        if let Ok(mut seen) = self.seen.lock() {
+        if let Ok(mut log) = self.seen.lock() {
+            let send = log.sends;
+            log.sends += 1;
             for chunk in contents.chunks(size) {
-                seen.push(TappedDatagram {
+                log.datagrams.push(TappedDatagram {
                     from,
                     to,
                     bytes: chunk.to_vec(),
+                    send,
                 });
             }
         }
     }
 
-    /// Everything recorded so far, emptying the record.
+    /// Everything recorded so far, emptying the record (the send count goes on).
     pub fn take(&self) -> Vec<TappedDatagram> {
         self.seen
             .lock()
-            .map(|mut s| std::mem::take(&mut *s))
+            .map(|mut log| std::mem::take(&mut log.datagrams))
             .unwrap_or_default()
     }
 }

@@ -577,3 +577,49 @@ async fn failed_attempts_are_retried_on_paths_avoiding_the_dead_relay() {
         failed_attempts
     );
 }
+
+/// A burst of the client's own cells leaves it in pieces of at most 16 (the driver lets the
+/// link send what it has after every 16), so the guard starts on the first while the client
+/// still seals the rest. On one thread the burst is queued whole before the driver runs:
+/// without the pieces it would leave in one or two GSO sends of up to 56 cells.
+#[tokio::test]
+async fn a_burst_of_cells_leaves_the_client_in_pieces() {
+    const BURST: usize = 64;
+    let tap = WireTap::new();
+    let t = testnet(TransportKind::Udp, 74, 4, Some(tap.clone())).await;
+    let mut circuit = t.circuit(0).await;
+    echo(&mut circuit, b"warm").await;
+    let (client, guard) = (t.addrs[0], t.addrs[t.index(&circuit.path()[0])]);
+    let _ = tap.take();
+    let payload = vec![0x42u8; nyx_overlay::circuit::MAX_FORWARD_BODY];
+    for _ in 0..BURST {
+        circuit.send(&payload).await.unwrap();
+    }
+    let mut echoed = 0;
+    while echoed < BURST {
+        match timeout(Duration::from_secs(2), circuit.recv()).await {
+            Ok(Some(CircuitMessage::Data(got))) => {
+                assert_eq!(got[..], payload[..]);
+                echoed += 1;
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            // Cells are datagrams; a lost one is not what this test is about.
+            Err(_) => break,
+        }
+    }
+    assert!(echoed >= BURST - 4, "only {echoed} of {BURST} echoed");
+    let mut per_send = std::collections::BTreeMap::<u64, usize>::new();
+    for d in tap.take() {
+        if d.from == client && d.to == guard {
+            *per_send.entry(d.send).or_default() += 1;
+        }
+    }
+    let cells: usize = per_send.values().sum();
+    let largest = per_send.values().copied().max().unwrap_or(0);
+    assert!(cells >= BURST, "{cells} datagrams to the guard");
+    assert!(
+        largest <= 16,
+        "a send carried {largest} cells: {per_send:?}"
+    );
+    assert!(per_send.len() >= BURST / 16, "{per_send:?}");
+}

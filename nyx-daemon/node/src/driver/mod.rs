@@ -43,6 +43,12 @@ const EXITS: usize = 1024;
 const DIRECTORY_STREAMS: usize = 64;
 /// Messages handled per wake-up before outputs are flushed.
 const BATCH: usize = 64;
+/// Cells handed to the links before the driver lets the link tasks on its thread run:
+/// a burst of the node's own cells (the bench's windows, a stream's packets) leaves in
+/// pieces of this many, so the next hop starts on the first while this node seals the
+/// rest, instead of getting the whole burst at once (the receive side hands cells over in
+/// chunks of 16 too).
+const YIELD_AFTER_CELLS: usize = 16;
 
 /// One of this node's built circuits: where its messages go, and when it was built.
 struct OwnCircuit {
@@ -85,6 +91,8 @@ struct Driver {
     settings: crate::NodeSettings,
     aux: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     send_failures: u64,
+    /// Cells handed to the links since the driver last let other tasks run.
+    cells_since_yield: usize,
     owner_drops: u64,
     /// QUIC links closed because another link to the same peer came up.
     quic_retired: u64,
@@ -198,6 +206,7 @@ pub(super) fn start(node: BoundNode, directory: Directory) -> Result<Node, Error
         settings,
         aux: aux.clone(),
         send_failures: 0,
+        cells_since_yield: 0,
         owner_drops: 0,
         quic_retired: 0,
     };
@@ -307,6 +316,10 @@ impl Driver {
                 }
             }
             self.flush();
+            if self.cells_since_yield >= YIELD_AFTER_CELLS {
+                self.cells_since_yield = 0;
+                tokio::task::yield_now().await;
+            }
         }
     }
 

@@ -19,6 +19,7 @@ impl Driver {
     pub(super) fn output(&mut self, output: Output) {
         match output {
             Output::Cell { to, cell } => {
+                self.cells_since_yield += 1;
                 if !self.links.live.get(&to).is_some_and(|l| l.send_cell(cell)) {
                     self.send_failures += 1;
                 }
