@@ -44,10 +44,10 @@ const DIRECTORY_STREAMS: usize = 64;
 /// Messages handled per wake-up before outputs are flushed.
 const BATCH: usize = 64;
 /// Cells handed to the links before the driver lets the link tasks on its thread run:
-/// a burst of the node's own cells (the bench's windows, a stream's packets) leaves in
+/// a burst of the node's own cells (a client's writes, an exit's stream packets) leaves in
 /// pieces of this many, so the next hop starts on the first while this node seals the
-/// rest, instead of getting the whole burst at once (the receive side hands cells over in
-/// chunks of 16 too).
+/// rest, instead of getting the whole burst at once (the UDP transport hands received
+/// cells over in chunks of 16 too).
 const YIELD_AFTER_CELLS: usize = 16;
 
 /// One of this node's built circuits: where its messages go, and when it was built.
