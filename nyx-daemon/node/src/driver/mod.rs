@@ -43,11 +43,11 @@ const EXITS: usize = 1024;
 const DIRECTORY_STREAMS: usize = 64;
 /// Messages handled per wake-up before outputs are flushed.
 const BATCH: usize = 64;
-/// Cells handed to the links before the driver lets the link tasks on its thread run:
-/// a burst of the node's own cells (a client's writes, an exit's stream packets) leaves in
-/// pieces of this many, so the next hop starts on the first while this node seals the
-/// rest, instead of getting the whole burst at once (the UDP transport hands received
-/// cells over in chunks of 16 too).
+/// Cells handed to the links before the driver, if more input waits, lets the link tasks
+/// on its thread run: a burst of the node's own cells (a client's writes, an exit's stream
+/// packets) leaves in pieces of this many, so the next hop starts on the first while this
+/// node seals the rest, instead of getting the whole burst at once (the UDP transport
+/// hands received cells over in chunks of 16 too).
 const YIELD_AFTER_CELLS: usize = 16;
 
 /// One of this node's built circuits: where its messages go, and when it was built.
@@ -318,7 +318,14 @@ impl Driver {
             self.flush();
             if self.cells_since_yield >= YIELD_AFTER_CELLS {
                 self.cells_since_yield = 0;
-                tokio::task::yield_now().await;
+                // Only mid-burst: with nothing waiting the driver parks next anyway (and the
+                // link tasks run then), and a yield would only delay a lone cell's reply.
+                let waiting = !commands.is_empty()
+                    || !inbound.is_empty()
+                    || udp_events.as_ref().is_some_and(|rx| !rx.is_empty());
+                if waiting {
+                    tokio::task::yield_now().await;
+                }
             }
         }
     }
