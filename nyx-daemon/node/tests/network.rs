@@ -578,10 +578,11 @@ async fn failed_attempts_are_retried_on_paths_avoiding_the_dead_relay() {
     );
 }
 
-/// A burst of the client's own cells leaves it in pieces of at most 16 (the driver lets the
-/// link send what it has after every 16), so the guard starts on the first while the client
-/// still seals the rest. On one thread the burst is queued whole before the driver runs:
-/// without the pieces it would leave in one or two GSO sends of up to 56 cells.
+/// A burst of the client's own cells leaves it in pieces of at most 16 (while more cells
+/// wait, the driver lets the link send what it has after every 16), so the guard starts on
+/// the first while the client still seals the rest. On one thread the burst is queued whole
+/// before the driver runs: without the pieces it would leave in one or two GSO sends of up
+/// to 56 cells.
 #[tokio::test]
 async fn a_burst_of_cells_leaves_the_client_in_pieces() {
     const BURST: usize = 64;

@@ -91,7 +91,8 @@ struct Driver {
     settings: crate::NodeSettings,
     aux: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     send_failures: u64,
-    /// Cells handed to the links since the driver last let other tasks run.
+    /// Cells handed to the links since the driver last looked whether to let the link
+    /// tasks run ([`YIELD_AFTER_CELLS`]).
     cells_since_yield: usize,
     owner_drops: u64,
     /// QUIC links closed because another link to the same peer came up.
