@@ -113,6 +113,26 @@ pub(crate) fn seal_with_tail(
     )?)
 }
 
+/// [`seal_in_place`] with a tag over the ciphertext followed by `suffix` (authenticated,
+/// not encrypted): a forward onion layer, whose tag covers the filler its hop will find
+/// after the ciphertext.
+pub(crate) fn seal_with_suffix(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    suffix: &[u8],
+) -> Result<[u8; TAG_LEN], Error> {
+    Ok(nyx_chacha::seal_in_place_with_suffix(
+        Backend::detect(),
+        key,
+        nonce,
+        aad,
+        buf,
+        suffix,
+    )?)
+}
+
 /// [`ChaCha20Poly1305::open_in_place`] for a key held elsewhere.
 pub(crate) fn open_in_place(
     key: &[u8; KEY_LEN],

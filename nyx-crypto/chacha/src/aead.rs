@@ -47,18 +47,47 @@ pub fn seal_in_place_with_tail(
     buf: &mut [u8],
     tail: &mut [u8],
 ) -> Result<[u8; TAG_LEN], Error> {
+    seal(backend, key, nonce, aad, buf, tail, &[])
+}
+
+/// [`seal_in_place_with`], with a tag that covers `buf`'s ciphertext followed by `suffix`
+/// as one field, as if `suffix` were ciphertext too: the tag an [`open_in_place`] of
+/// `ciphertext ‖ suffix` accepts. `suffix` is authenticated, not encrypted: for
+/// constructions where bytes the sealer does not encrypt will follow the ciphertext when
+/// it is opened (NyxNet's forward onion layers: the filler that the relays before the
+/// opener append). One pass, on the stitched kernels where the CPU has them.
+pub fn seal_in_place_with_suffix(
+    backend: Backend,
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    suffix: &[u8],
+) -> Result<[u8; TAG_LEN], Error> {
+    seal(backend, key, nonce, aad, buf, &mut [], suffix)
+}
+
+fn seal(
+    backend: Backend,
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tail: &mut [u8],
+    suffix: &[u8],
+) -> Result<[u8; TAG_LEN], Error> {
     check_len(buf.len())?;
     crate::chacha20::stream_end(64 + buf.len() as u64, tail.len())?;
     Ok(match backend.kernel() {
-        Kernel::Portable => portable::seal(key, nonce, aad, buf, tail),
+        Kernel::Portable => portable::seal(key, nonce, aad, buf, tail, suffix),
         #[cfg(target_arch = "x86_64")]
         Kernel::Simd(kernel) => {
             use crate::stitched::{NARROW, WIDE, seal, wide_batches};
             let state = zeroize::Zeroizing::new(crate::chacha20::simd::state(key, nonce));
             if wide_batches(kernel, 64 + buf.len() + tail.len()) {
-                seal::<WIDE>(kernel, &state, aad, buf, tail)
+                seal::<WIDE>(kernel, &state, aad, buf, tail, suffix)
             } else {
-                seal::<NARROW>(kernel, &state, aad, buf, tail)
+                seal::<NARROW>(kernel, &state, aad, buf, tail, suffix)
             }
         }
     })
@@ -138,6 +167,31 @@ pub(crate) fn tag_with_lengths(mac: &mut Poly1305, aad_len: usize, ct_len: usize
     lens[8..].copy_from_slice(&(ct_len as u64).to_le_bytes());
     mac.update_padded(&lens);
     mac.tag()
+}
+
+/// Absorb `ct ‖ suffix` as one AEAD field, zero-padded at its end only: `absorb` takes
+/// `ct`'s whole blocks (on the backend's fastest code), the scalar code the block where the
+/// two meet and the rest of `suffix`.
+pub(crate) fn absorb_with_suffix(
+    mac: &mut Poly1305,
+    ct: &[u8],
+    suffix: &[u8],
+    absorb: impl FnOnce(&mut Poly1305, &[u8]),
+) {
+    if suffix.is_empty() {
+        absorb(mac, ct);
+        return;
+    }
+    let whole = ct.len() / 16 * 16;
+    absorb(mac, &ct[..whole]);
+    let rest = &ct[whole..];
+    let joined = (16 - rest.len()).min(suffix.len());
+    let mut block = [0u8; 16];
+    block[..rest.len()].copy_from_slice(rest);
+    block[rest.len()..rest.len() + joined].copy_from_slice(&suffix[..joined]);
+    // A whole block unless `suffix` ends inside it (then this is the field's padded end).
+    mac.update_padded(&block[..rest.len() + joined]);
+    mac.update_padded(&suffix[joined..]);
 }
 
 /// Whether the computed tag equals the received one: one comparison of all 128 bits, in

@@ -56,7 +56,7 @@ mod x86;
 
 pub use aead::{
     finish_tag, keystream_and_mac, open_in_place, open_in_place_with, open_in_place_with_tail,
-    seal_in_place, seal_in_place_with, seal_in_place_with_tail,
+    seal_in_place, seal_in_place_with, seal_in_place_with_suffix, seal_in_place_with_tail,
 };
 pub use backend::Backend;
 pub use chacha20::ChaCha20;

@@ -194,9 +194,9 @@ impl Poly1305 {
     /// lanes, four blocks at a time, on AVX-512 IFMA once `data` is long enough to pay for
     /// entering them (four 64-byte groups), on the scalar multiplier otherwise. The same
     /// result either way. For constructions that compose the AEAD themselves (NyxNet's
-    /// forward onion layers MAC a cell's ciphertext with the filler joined to it), where
-    /// the scalar chain was the larger part of a layer: a kilobyte is about 70 dependent
-    /// multiplications there.
+    /// client checks a backward cell's tag before it decrypts, for hops other than the
+    /// last), where the scalar chain would be the larger part of the work: a kilobyte is
+    /// about 70 dependent multiplications there.
     pub fn absorb_padded(&mut self, data: &[u8]) {
         match crate::Backend::detect().kernel() {
             #[cfg(target_arch = "x86_64")]

@@ -21,7 +21,7 @@ use chacha20::variants::Ietf;
 use chacha20::{ChaChaCore, R20};
 use zeroize::Zeroizing;
 
-use crate::aead::{tag_matches, tag_with_lengths};
+use crate::aead::{absorb_with_suffix, tag_matches, tag_with_lengths};
 use crate::chacha20::stream_end;
 use crate::poly1305::Poly1305;
 use crate::{Error, KEY_LEN, NONCE_LEN, TAG_LEN};
@@ -78,21 +78,23 @@ impl Keystream {
 }
 
 /// Encrypt `buf` (of a length `check_len` allowed), XOR the keystream after it into `tail`
-/// (the caller checked that it lies within the stream) and return the tag.
+/// (the caller checked that it lies within the stream) and return the tag over the
+/// ciphertext followed by `suffix`.
 pub(crate) fn seal(
     key: &[u8; KEY_LEN],
     nonce: &[u8; NONCE_LEN],
     aad: &[u8],
     buf: &mut [u8],
     tail: &mut [u8],
+    suffix: &[u8],
 ) -> [u8; TAG_LEN] {
     let mut stream = Keystream::new(key, nonce);
     let mut mac = stream.mac();
     stream.apply(64, buf);
     stream.apply(64 + buf.len() as u64, tail);
     mac.update_padded(aad);
-    mac.update_padded(buf);
-    tag_with_lengths(&mut mac, aad.len(), buf.len())
+    absorb_with_suffix(&mut mac, buf, suffix, |mac, ct| mac.update_padded(ct));
+    tag_with_lengths(&mut mac, aad.len(), buf.len() + suffix.len())
 }
 
 /// Check `tag` and only then decrypt `buf` and XOR the keystream after it into `tail`.

@@ -22,7 +22,7 @@ use zeroize::Zeroizing;
 
 use crate::Error;
 use crate::TAG_LEN;
-use crate::aead::{tag_matches, tag_with_lengths};
+use crate::aead::{absorb_with_suffix, tag_matches, tag_with_lengths};
 use crate::batch::{Batch, Job, Lane, MAC_BATCH_BLOCKS, SPILL, Xor, blocks_for, xor_lanes};
 use crate::chacha20::simd::Stream;
 use crate::chacha20::stream_end;
@@ -31,13 +31,15 @@ use crate::x86::Simd;
 
 /// Seal with keystream batches of up to `LANES / 2` blocks, each XORed into the message
 /// by the kernel that computes it, and XOR the keystream after the message into `tail`:
-/// from the last batch when it reaches that far (its spill), else from a fresh stream.
+/// from the last batch when it reaches that far (its spill), else from a fresh stream. The
+/// tag covers the ciphertext followed by `suffix`.
 pub(crate) fn seal<const LANES: usize>(
     kernel: Simd,
     state: &Zeroizing<[u32; 16]>,
     aad: &[u8],
     buf: &mut [u8],
     tail: &mut [u8],
+    suffix: &[u8],
 ) -> [u8; TAG_LEN] {
     let len = buf.len();
     // Block 0 (the MAC key), and the keystream of a short last lane.
@@ -79,7 +81,9 @@ pub(crate) fn seal<const LANES: usize>(
         short_lane(kernel, &spill.0, buf, &pending);
         counter = counter.wrapping_add(held as u32);
     }
-    kernel.absorb(&mut mac, &buf[pending.clone()]);
+    absorb_with_suffix(&mut mac, &buf[pending.clone()], suffix, |mac, ct| {
+        kernel.absorb(mac, ct);
+    });
     if !tail.is_empty() {
         // The spill starts at the message's short last lane (or just past its end).
         let whole = (pending.end - pending.start) / 32;
@@ -91,7 +95,7 @@ pub(crate) fn seal<const LANES: usize>(
             Stream::new(kernel, state.clone()).apply(64 + len as u64, tail);
         }
     }
-    tag_with_lengths(&mut mac, aad.len(), len)
+    tag_with_lengths(&mut mac, aad.len(), len + suffix.len())
 }
 
 /// After an [`Xor`] batch has XORed the whole lanes of `buf[chunk]`, XOR a short last lane

@@ -109,6 +109,37 @@ proptest! {
     }
 
     #[test]
+    fn a_seal_with_a_suffix_opens_as_the_ciphertext_joined_to_it(
+        key in any::<[u8; 32]>(),
+        nonce in any::<[u8; 12]>(),
+        aad_len in prop_oneof![Just(0usize), Just(8), 0usize..70],
+        len in length(),
+        suffix_len in prop_oneof![Just(0usize), Just(25), Just(50), 0usize..100],
+    ) {
+        let (aad, msg, suffix) = (bytes(aad_len), bytes(len), bytes(suffix_len + 3)[3..].to_vec());
+        let (ct, _) = reference_seal(&key, &nonce, &aad, &msg);
+        let cipher = chacha20poly1305::ChaCha20Poly1305::new(&key.into());
+        for backend in backends() {
+            let mut buf = msg.clone();
+            let tag = nyx_chacha::seal_in_place_with_suffix(backend, &key, &nonce, &aad, &mut buf, &suffix)
+                .unwrap();
+            prop_assert_eq!(&buf, &ct, "backend {:?}", backend);
+            // The reference opens ciphertext ‖ suffix under that tag (and nothing else).
+            let mut joined = [buf.as_slice(), suffix.as_slice()].concat();
+            cipher
+                .decrypt_inout_detached(&nonce.into(), &aad, joined.as_mut_slice().into(), &tag.into())
+                .unwrap();
+            prop_assert_eq!(&joined[..len], &msg[..], "backend {:?}", backend);
+            if suffix_len > 0 {
+                let mut cut = ct.clone();
+                prop_assert!(cipher
+                    .decrypt_inout_detached(&nonce.into(), &aad, cut.as_mut_slice().into(), &tag.into())
+                    .is_err());
+            }
+        }
+    }
+
+    #[test]
     fn any_flip_is_refused_and_changes_nothing(
         key in any::<[u8; 32]>(),
         len in 1usize..1400,

@@ -12,7 +12,7 @@ use super::{
     MAX_HOPS, TAG_RANGE, be64, check_cell, nonce,
 };
 use crate::Error;
-use crate::aead::{self, Poly1305};
+use crate::aead;
 use crate::replay::ReplayWindow;
 use crate::session::SessionSecret;
 
@@ -162,13 +162,13 @@ impl ClientCircuit {
             let off = FORWARD_LAYER_LEN * i;
             cell[off..off + 8].copy_from_slice(&pns[i].to_be_bytes());
             cell[off + HEADER_LEN] = if i + 1 == d { CMD_DELIVER } else { CMD_FORWARD };
-            let (mut stream, mut mac) = aead::start(&hops[i].forward, &nonce(pns[i]));
-            stream.apply_keystream(&mut cell[off + HEADER_LEN..])?;
-            mac.update_padded(&cell[off..off + 8]);
+            // The tag covers the ciphertext and the filler hop i will find after it, in the
+            // pass that encrypts.
+            let (head, body) = cell[off..].split_at_mut(HEADER_LEN);
             let tail = &filler[i][..FORWARD_LAYER_LEN * i];
-            mac_concat(&mut mac, &cell[off + HEADER_LEN..], tail);
-            let tag = aead::finish(mac, 8, CELL_LEN - HEADER_LEN);
-            cell[off + TAG_RANGE.start..off + TAG_RANGE.end].copy_from_slice(&tag);
+            let tag =
+                aead::seal_with_suffix(&hops[i].forward, &nonce(pns[i]), &head[..8], body, tail)?;
+            head[TAG_RANGE].copy_from_slice(&tag);
         }
 
         for hop in hops.iter_mut() {
@@ -272,15 +272,4 @@ impl std::fmt::Debug for ClientCircuit {
             .field("hops", &self.hops)
             .finish_non_exhaustive()
     }
-}
-
-/// Absorb `a || b` as one AEAD field (zero-padded to 16 bytes at the end only).
-fn mac_concat(mac: &mut Poly1305, a: &[u8], b: &[u8]) {
-    let aligned = a.len() - a.len() % 16;
-    mac.absorb_padded(&a[..aligned]);
-    let mut joint = [0u8; 16 + FILLER_MAX];
-    let rest = &a[aligned..];
-    joint[..rest.len()].copy_from_slice(rest);
-    joint[rest.len()..rest.len() + b.len()].copy_from_slice(b);
-    mac.update_padded(&joint[..rest.len() + b.len()]);
 }
