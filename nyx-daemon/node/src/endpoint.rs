@@ -211,6 +211,10 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
     let mut jobs = Vec::new();
     let exit = matches!(port, Port::Exit { .. });
     let mut report_at = Timestamp::ZERO;
+    // One timer, re-armed when the mux's deadline moves rather than made anew each turn (a
+    // new timer goes into and out of tokio's timer wheel, under its lock, per turn).
+    let timer = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(timer);
     loop {
         let (deadline, finished) = {
             let mut s = ep.lock();
@@ -269,6 +273,11 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
             tokio::task::yield_now().await;
             continue;
         }
+        if let Some(at) = deadline
+            && timer.deadline() != at
+        {
+            timer.as_mut().reset(at);
+        }
         tokio::select! {
             message = port.recv() => {
                 // One lock and one clock read for a batch of what is queued.
@@ -303,7 +312,7 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
                 }
             }
             () = ep.notify.notified() => {}
-            () = sleep_until(deadline) => {
+            () = &mut timer, if deadline.is_some() => {
                 let mut s = ep.lock();
                 let now = s.now();
                 s.mux.handle_timeout(now);
@@ -379,12 +388,5 @@ fn end(ep: &Endpoint, reason: DestroyReason) {
     }
     for (_, tx) in s.opens.drain() {
         let _ = tx.send(Err(Error::reset(ResetReason::CircuitLost)));
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

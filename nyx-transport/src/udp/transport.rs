@@ -212,6 +212,10 @@ impl UdpTransport {
     ) -> Result<(), Error> {
         let mut storage = vec![0u8; RECV_BUF * RECV_BATCH];
         let mut meta = [RecvMeta::default(); RECV_BATCH];
+        // One timer, re-armed when the wake-up time moves rather than made anew each turn
+        // (a new timer goes into and out of tokio's timer wheel, under its lock, per turn).
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(timer);
         loop {
             // The engine's next timer, or the next datagram the fault shim holds back.
             let held = self.faults.as_ref().and_then(|f| f.shim.next_due());
@@ -225,6 +229,11 @@ impl UdpTransport {
                 .flatten()
                 .min();
             let paused = self.receive_paused_until.is_some();
+            if let Some(at) = wake
+                && timer.deadline() != at
+            {
+                timer.as_mut().reset(at);
+            }
             tokio::select! {
                 command = commands.recv() => {
                     let Some(command) = command else { return Ok(()) };
@@ -241,7 +250,7 @@ impl UdpTransport {
                     ready.map_err(io_error("UDP socket readiness"))?;
                     self.receive(&mut storage, &mut meta);
                 }
-                () = sleep_until(wake) => {
+                () = &mut timer, if wake.is_some() => {
                     if self.receive_paused_until.is_some_and(|t| t <= Instant::now()) {
                         self.receive_paused_until = None;
                     }
@@ -390,12 +399,5 @@ impl UdpTransport {
 
     fn now(&self) -> Timestamp {
         self.clock.tick()
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

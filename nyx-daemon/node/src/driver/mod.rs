@@ -254,10 +254,17 @@ impl Driver {
         mut udp_events: Option<mpsc::Receiver<UdpEvent>>,
         mut alive: oneshot::Receiver<()>,
     ) {
+        // One timer for both the overlay's next deadline and the next key rotation, re-armed
+        // when that moves rather than made anew each turn: a new timer is registered in and
+        // removed from tokio's timer wheel, under its lock, on every command and batch.
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(timer);
         loop {
-            // One timer for both: the overlay's next deadline and the next key rotation.
             let overlay_due = Instant::from_std(self.clock.instant_of(self.overlay.poll_timeout()));
             let deadline = self.rotate_at.map_or(overlay_due, |r| overlay_due.min(r));
+            if timer.deadline() != deadline {
+                timer.as_mut().reset(deadline);
+            }
             tokio::select! {
                 // Every Node, NodeHandle and client stream is gone: nobody can use the node.
                 _ = &mut alive => {
@@ -267,17 +274,29 @@ impl Driver {
                 }
                 command = commands.recv() => {
                     self.clock.tick();
-                    match command {
-                        Some(command) => {
-                            if let Some(done) = self.command(command) {
-                                self.shutdown(Some(done)).await;
+                    // What else is queued, up to one piece of cells (a command sends one cell
+                    // or none, mostly), before the outputs are flushed.
+                    let mut command = command;
+                    for taken in 1.. {
+                        match command {
+                            Some(c) => {
+                                if let Some(done) = self.command(c) {
+                                    self.shutdown(Some(done)).await;
+                                    return;
+                                }
+                            }
+                            // Cannot come while the driver keeps a sender; stop if it does.
+                            None => {
+                                self.shutdown(None).await;
                                 return;
                             }
                         }
-                        // Cannot come while the driver keeps a sender; stop if it does.
-                        None => {
-                            self.shutdown(None).await;
-                            return;
+                        if taken >= YIELD_AFTER_CELLS {
+                            break;
+                        }
+                        match commands.try_recv() {
+                            Ok(next) => command = Some(next),
+                            Err(_) => break,
                         }
                     }
                 }
@@ -307,7 +326,7 @@ impl Driver {
                     self.clock.tick();
                     self.link_event(event);
                 }
-                () = tokio::time::sleep_until(deadline) => {
+                () = &mut timer => {
                     let now = self.clock.tick();
                     if self.rotate_at.is_some_and(|r| Instant::now() >= r) {
                         self.rotate_onion_keys();
