@@ -20,8 +20,19 @@ use crate::Error;
 /// assert_eq!(text.parse::<NodeId>().unwrap(), id);
 /// assert!("not hex".parse::<NodeId>().is_err());
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NodeId([u8; 32]);
+
+/// Hashes the first 8 bytes only: a node id is itself a hash, so they key a table as well as
+/// all 32 do under a keyed hasher (std's SipHash, seeded per table), for a quarter of the
+/// bytes hashed on every cell's lookups (link, limiter and circuit tables). Flooding one
+/// bucket would take many identity keys whose ids share 8 bytes: some 2^32 keys for a pair.
+impl std::hash::Hash for NodeId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let [a, b, c, d, e, f, g, h, ..] = self.0;
+        state.write_u64(u64::from_le_bytes([a, b, c, d, e, f, g, h]));
+    }
+}
 
 impl NodeId {
     /// Length of a node id in bytes.

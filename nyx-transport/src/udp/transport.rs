@@ -33,7 +33,7 @@ mod receive;
 /// Datagrams received per system call at most.
 const RECV_BATCH: usize = 32;
 /// Commands taken from the queue per wake-up at most (one GSO batch is up to 64 segments).
-const COMMAND_BATCH: usize = 63;
+const COMMAND_BATCH: usize = 64;
 /// Largest GSO batch in bytes (a UDP send carries at most 65 507 bytes of payload).
 const MAX_GSO_BYTES: usize = 65_000;
 /// Room per receive buffer: 64 KiB holds a GRO batch.
@@ -216,6 +216,7 @@ impl UdpTransport {
         // (a new timer goes into and out of tokio's timer wheel, under its lock, per turn).
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
+        let mut taken = Vec::with_capacity(COMMAND_BATCH);
         loop {
             // The engine's next timer, or the next datagram the fault shim holds back.
             let held = self.faults.as_ref().and_then(|f| f.shim.next_due());
@@ -235,14 +236,15 @@ impl UdpTransport {
                 timer.as_mut().reset(at);
             }
             tokio::select! {
-                command = commands.recv() => {
-                    let Some(command) = command else { return Ok(()) };
+                // What is queued, at once, so equal-size cells to one peer leave in one GSO
+                // batch instead of a system call each (and the queue's slots go back to the
+                // node in one step, where a `try_recv` takes the channel's lock per command).
+                n = commands.recv_many(&mut taken, COMMAND_BATCH) => {
+                    if n == 0 {
+                        return Ok(());
+                    }
                     let now = self.now();
-                    self.execute(command, now)?;
-                    // Take what else is queued, so equal-size cells to one peer leave in one
-                    // GSO batch instead of a system call each.
-                    for _ in 0..COMMAND_BATCH {
-                        let Ok(command) = commands.try_recv() else { break };
+                    for command in taken.drain(..) {
                         self.execute(command, now)?;
                     }
                 }
@@ -268,10 +270,8 @@ impl UdpTransport {
             while self.received.is_some() {
                 tokio::task::yield_now().await;
                 let now = self.now();
-                for _ in 0..COMMAND_BATCH {
-                    let Ok(command) = commands.try_recv() else {
-                        break;
-                    };
+                take_queued(&mut commands, &mut taken);
+                for command in taken.drain(..) {
                     self.execute(command, now)?;
                 }
                 self.hand_over(&storage, &meta, now);
@@ -400,4 +400,13 @@ impl UdpTransport {
     fn now(&self) -> Timestamp {
         self.clock.tick()
     }
+}
+
+/// Up to [`COMMAND_BATCH`] commands already queued into `taken`, without waiting: what
+/// `recv_many` takes, as a `try_recv` would. Polling with a no-op waker leaves it registered in
+/// the channel, which is safe only because the task polls the queue with its own waker
+/// (`recv_many` in `run`'s `select!`) before it waits again.
+fn take_queued(commands: &mut mpsc::Receiver<UdpCommand>, taken: &mut Vec<UdpCommand>) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let _ = commands.poll_recv_many(&mut cx, taken, COMMAND_BATCH);
 }

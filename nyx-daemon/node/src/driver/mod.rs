@@ -41,7 +41,8 @@ const LINK_EVENTS: usize = 256;
 const EXITS: usize = 1024;
 /// Directory streams waiting for the owner, at most.
 const DIRECTORY_STREAMS: usize = 64;
-/// Messages handled per wake-up before outputs are flushed.
+/// Messages (inbound cells, transport events) handled per wake-up before outputs are
+/// flushed.
 const BATCH: usize = 64;
 /// Cells handed to the links before the driver, if more input waits, lets the link tasks
 /// on its thread run: a burst of the node's own cells (a client's writes, an exit's stream
@@ -259,6 +260,9 @@ impl Driver {
         // removed from tokio's timer wheel, under its lock, on every command and batch.
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
+        let mut taken_commands = Vec::with_capacity(YIELD_AFTER_CELLS);
+        let mut taken_inbound = Vec::with_capacity(BATCH);
+        let mut taken_events = Vec::with_capacity(BATCH);
         loop {
             let overlay_due = Instant::from_std(self.clock.instant_of(self.overlay.poll_timeout()));
             let deadline = self.rotate_at.map_or(overlay_due, |r| overlay_due.min(r));
@@ -272,54 +276,35 @@ impl Driver {
                     self.shutdown(None).await;
                     return;
                 }
-                command = commands.recv() => {
+                // Each queue is taken a batch at a time: `recv_many` hands its slots back to
+                // the senders at once (a `try_recv` takes the channel's lock per message).
+                // Commands up to one piece of cells (a command sends one cell or none,
+                // mostly) before the outputs are flushed.
+                n = commands.recv_many(&mut taken_commands, YIELD_AFTER_CELLS) => {
                     self.clock.tick();
-                    // What else is queued, up to one piece of cells (a command sends one cell
-                    // or none, mostly), before the outputs are flushed.
-                    let mut command = command;
-                    for taken in 1.. {
-                        match command {
-                            Some(c) => {
-                                if let Some(done) = self.command(c) {
-                                    self.shutdown(Some(done)).await;
-                                    return;
-                                }
-                            }
-                            // Cannot come while the driver keeps a sender; stop if it does.
-                            None => {
-                                self.shutdown(None).await;
-                                return;
-                            }
-                        }
-                        if taken >= YIELD_AFTER_CELLS {
-                            break;
-                        }
-                        match commands.try_recv() {
-                            Ok(next) => command = Some(next),
-                            Err(_) => break,
+                    // None waiting and none to come: cannot happen while the driver keeps a
+                    // sender; stop if it does.
+                    if n == 0 {
+                        self.shutdown(None).await;
+                        return;
+                    }
+                    for command in taken_commands.drain(..) {
+                        if let Some(done) = self.command(command) {
+                            self.shutdown(Some(done)).await;
+                            return;
                         }
                     }
                 }
-                Some(first) = inbound.recv() => {
+                1.. = inbound.recv_many(&mut taken_inbound, BATCH) => {
                     self.clock.tick();
-                    self.inbound(first);
-                    for _ in 1..BATCH {
-                        match inbound.try_recv() {
-                            Ok(next) => self.inbound(next),
-                            Err(_) => break,
-                        }
+                    for message in taken_inbound.drain(..) {
+                        self.inbound(message);
                     }
                 }
-                Some(event) = recv_udp(&mut udp_events) => {
+                1.. = recv_udp(&mut udp_events, &mut taken_events) => {
                     self.clock.tick();
-                    self.udp_event(event);
-                    if let Some(rx) = udp_events.as_mut() {
-                        for _ in 1..BATCH {
-                            match rx.try_recv() {
-                                Ok(next) => self.udp_event(next),
-                                Err(_) => break,
-                            }
-                        }
+                    for event in taken_events.drain(..) {
+                        self.udp_event(event);
                     }
                 }
                 Some(event) = link_events.recv() => {
@@ -431,9 +416,10 @@ fn depth<T>(tx: &mpsc::Sender<T>) -> usize {
     tx.max_capacity() - tx.capacity()
 }
 
-async fn recv_udp(rx: &mut Option<mpsc::Receiver<UdpEvent>>) -> Option<UdpEvent> {
+/// Up to [`BATCH`] of the UDP transport's events into `taken`; 0 once it has stopped.
+async fn recv_udp(rx: &mut Option<mpsc::Receiver<UdpEvent>>, taken: &mut Vec<UdpEvent>) -> usize {
     match rx {
-        Some(rx) => rx.recv().await,
+        Some(rx) => rx.recv_many(taken, BATCH).await,
         None => std::future::pending().await,
     }
 }
