@@ -405,7 +405,8 @@ impl UdpTransport {
 /// Up to [`COMMAND_BATCH`] commands already queued into `taken`, without waiting: what
 /// `recv_many` takes, as a `try_recv` would. Polling with a no-op waker leaves it registered in
 /// the channel, which is safe only because the task polls the queue with its own waker
-/// (`recv_many` in `run`'s `select!`) before it waits again.
+/// (`recv_many` in `run`'s `select!`) before it next waits for a command; what it waits for
+/// meanwhile (the socket, room in the node's event queue) wakes it by itself.
 fn take_queued(commands: &mut mpsc::Receiver<UdpCommand>, taken: &mut Vec<UdpCommand>) {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let _ = commands.poll_recv_many(&mut cx, taken, COMMAND_BATCH);
