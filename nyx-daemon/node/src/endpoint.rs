@@ -183,18 +183,13 @@ impl Port {
         commands.send(command).await.map_err(|_| Error::NodeStopped)
     }
 
-    async fn recv(&mut self) -> Option<CircuitMessage> {
-        match self {
-            Port::Client(c) => c.messages.recv().await,
-            Port::Exit { messages, .. } => messages.recv().await,
-        }
-    }
-
-    fn try_recv(&mut self) -> Option<CircuitMessage> {
-        match self {
-            Port::Client(c) => c.messages.try_recv().ok(),
-            Port::Exit { messages, .. } => messages.try_recv().ok(),
-        }
+    /// Up to [`BATCH`] messages into `inbox`; 0 once the circuit's queue has closed.
+    async fn recv_many(&mut self, inbox: &mut Vec<CircuitMessage>) -> usize {
+        let messages = match self {
+            Port::Client(c) => &mut c.messages,
+            Port::Exit { messages, .. } => messages,
+        };
+        messages.recv_many(inbox, BATCH).await
     }
 }
 
@@ -209,6 +204,8 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
     let mut arena = CellArena::new(MAX_BACKWARD_BODY);
     let mut out = Vec::with_capacity(BATCH);
     let mut jobs = Vec::new();
+    // What the circuit delivered and the mux has not yet been handed.
+    let mut inbox = Vec::with_capacity(BATCH);
     let exit = matches!(port, Port::Exit { .. });
     let mut report_at = Timestamp::ZERO;
     // One timer, re-armed when the mux's deadline moves rather than made anew each turn (a
@@ -278,37 +275,23 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
         {
             timer.as_mut().reset(at);
         }
+        // Messages a turn left over (an urgent ACK went out first) are handled before the
+        // task waits again.
+        if !inbox.is_empty() {
+            if let Err(reason) = take_messages(&ep, &mut inbox) {
+                return end(&ep, reason);
+            }
+            continue;
+        }
         tokio::select! {
-            message = port.recv() => {
-                // One lock and one clock read for a batch of what is queued.
-                let mut s = ep.lock();
-                let now = s.now();
-                let mut next = message;
-                for _ in 0..BATCH {
-                    match next {
-                        Some(CircuitMessage::Data(packet)) => {
-                            // A malformed packet is counted by the mux and dropped.
-                            let _ = s.mux.handle_packet(&packet, now);
-                            if s.mux.ack_urgent() {
-                                // The ACK goes out before the peer's packets outrun it;
-                                // what is queued waits for the next turn.
-                                break;
-                            }
-                        }
-                        Some(CircuitMessage::Expiring) => s.expiring = true,
-                        Some(CircuitMessage::Destroyed { reason, .. }) => {
-                            drop(s);
-                            return end(&ep, reason);
-                        }
-                        None => {
-                            drop(s);
-                            return end(&ep, DestroyReason::Shutdown);
-                        }
-                    }
-                    next = port.try_recv();
-                    if next.is_none() {
-                        break;
-                    }
+            // A batch at once: `recv_many` hands the queue's slots back to the driver in
+            // one step (a `try_recv` takes the channel's lock per message).
+            n = port.recv_many(&mut inbox) => {
+                if n == 0 {
+                    return end(&ep, DestroyReason::Shutdown);
+                }
+                if let Err(reason) = take_messages(&ep, &mut inbox) {
+                    return end(&ep, reason);
                 }
             }
             () = ep.notify.notified() => {}
@@ -319,6 +302,31 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
             }
         }
     }
+}
+
+/// Hand the mux what `inbox` holds, in order, under one lock and one clock read, and leave
+/// there what follows a packet that makes an ACK urgent: the ACK goes out before the peer's
+/// packets outrun it. `Err` when the circuit ended.
+fn take_messages(ep: &Endpoint, inbox: &mut Vec<CircuitMessage>) -> Result<(), DestroyReason> {
+    let mut s = ep.lock();
+    let now = s.now();
+    let mut taken = 0;
+    for message in inbox.iter() {
+        taken += 1;
+        match message {
+            CircuitMessage::Data(packet) => {
+                // A malformed packet is counted by the mux and dropped.
+                let _ = s.mux.handle_packet(packet, now);
+                if s.mux.ack_urgent() {
+                    break;
+                }
+            }
+            CircuitMessage::Expiring => s.expiring = true,
+            CircuitMessage::Destroyed { reason, .. } => return Err(*reason),
+        }
+    }
+    inbox.drain(..taken);
+    Ok(())
 }
 
 /// Log a circuit end's stream counters: what tells a window limit from loss, repair or
