@@ -12,6 +12,9 @@
 //!   multiplier, which works beside the vector units. On every other CPU (AArch64 among
 //!   them) the keystream comes from RustCrypto's `chacha20` crate (NEON on AArch64) and the
 //!   scalar Poly1305 runs after it.
+//! * [`seal_in_place_with_suffix`]: a seal whose tag also covers bytes that will follow the
+//!   ciphertext when it is opened, in the same pass (NyxNet's forward onion layers: the
+//!   filler their relays append).
 //! * [`ChaCha20`]: the keystream at any byte offset, for constructions that use the
 //!   keystream past a message (NyxNet's onion layers do).
 //! * [`Poly1305`]: the one-time authenticator, scalar in radix 2^64 (the AEAD moves it into
