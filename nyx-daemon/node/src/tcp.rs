@@ -57,18 +57,6 @@ pub(crate) fn fit_receive_buffer(tcp: &TcpStream, rtt: std::time::Duration) {
     }
 }
 
-/// Bytes one read takes, in the direction towards the user (a download: from the exit's
-/// target into the stream, from the stream into the entry's SOCKS or HTTP CONNECT client),
-/// when an exit or an entry relays a stream and its TCP connection. tokio's default of 8 KiB
-/// made the entry write a clean loopback download to its client in about 34 000 `sendto`s
-/// per 200 MB (5.9 KB each) and the exit read it in 25 000 `recvfrom`s; with 64 KiB, 11 000
-/// and 4 200 (docs/benchmarks.md, issue 22, session 36). At an exit's connection limit
-/// (`exit_max_connections`, 4096 by default) these buffers hold at most 256 MiB; a stream's
-/// own window (2-8 MiB) is far larger.
-pub const TOWARD_USER_BUFFER: usize = 64 * 1024;
-/// Bytes one read takes in the other direction (requests, uploads): tokio's default.
-pub const FROM_USER_BUFFER: usize = 8 * 1024;
-
 /// A [`TcpStream`] whose reads trust only "would block" as the sign that it is drained.
 #[derive(Debug)]
 pub struct DrainingTcp(TcpStream);
