@@ -107,7 +107,14 @@ async fn serve(service: Arc<ExitService>, mut stream: NyxStream, target: String)
     let _ = tcp.set_nodelay(true);
     accept(stream.endpoint(), stream.id());
     let mut tcp = crate::tcp::DrainingTcp::new(tcp);
-    match tokio::io::copy_bidirectional(&mut tcp, &mut stream).await {
+    match tokio::io::copy_bidirectional_with_sizes(
+        &mut tcp,
+        &mut stream,
+        crate::tcp::TOWARD_USER_BUFFER,
+        crate::tcp::FROM_USER_BUFFER,
+    )
+    .await
+    {
         Ok(_) => {}
         Err(e) => {
             // The target reset its connection, or the stream failed (then this is moot).

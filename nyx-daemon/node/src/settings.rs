@@ -116,7 +116,9 @@ pub struct NodeSettings {
     pub stream_open_timeout: Duration,
     /// An exit gives a target this long to resolve and accept. Default 10 s.
     pub exit_connect_timeout: Duration,
-    /// TCP connections an exit keeps open at once, over all circuits. Default 4096.
+    /// TCP connections an exit keeps open at once, over all circuits. Default 4096. Each
+    /// holds a copy buffer of [`TOWARD_USER_BUFFER`](crate::tcp::TOWARD_USER_BUFFER) and one of
+    /// [`FROM_USER_BUFFER`](crate::tcp::FROM_USER_BUFFER) while it is open.
     pub exit_max_connections: usize,
 }
 

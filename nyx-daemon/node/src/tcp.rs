@@ -9,6 +9,14 @@
 //! until the system itself says "would block", at the cost of one extra `recv` when a read
 //! catches up with the sender.
 //!
+//! tokio treats a short write the same way, as proof that the send buffer is full. Shadow
+//! takes at most 65 535 bytes per `send` however much room there is, so a 64 KiB write is
+//! taken one byte short while the socket stays writable, and a socket whose writability
+//! never changes raises no new readiness event: an entry writing a download to its client
+//! in 64 KiB pieces waited for good (docs/benchmarks.md, issue 22, sessions 36-37).
+//! [`DrainingTcp`] writes, too, until the system says "would block", at the cost of one
+//! extra `send` when the send buffer is really full.
+//!
 //! An exit's connection to a nearby target also gets a receive buffer sized for the
 //! target's round trip (`receive_buffer_for`, used by the exit), so that the target cannot fill the exit's
 //! downlink queue ahead of the circuit's own cells.
@@ -57,7 +65,20 @@ pub(crate) fn fit_receive_buffer(tcp: &TcpStream, rtt: std::time::Duration) {
     }
 }
 
-/// A [`TcpStream`] whose reads trust only "would block" as the sign that it is drained.
+/// Bytes one read takes, in the direction towards the user (a download: from the exit's
+/// target into the stream, from the stream into the entry's SOCKS or HTTP CONNECT client),
+/// when an exit or an entry relays a stream and its TCP connection. tokio's default of 8 KiB
+/// made the entry write a clean loopback download to its client in about 34 000 `sendto`s
+/// per 200 MB (5.9 KB each) and the exit read it in 25 000 `recvfrom`s; with 64 KiB, 11 000
+/// and 4 200 (docs/benchmarks.md, issue 22, session 36). At an exit's connection limit
+/// (`exit_max_connections`, 4096 by default) these buffers hold at most 256 MiB; a stream's
+/// own window (2-8 MiB) is far larger.
+pub const TOWARD_USER_BUFFER: usize = 64 * 1024;
+/// Bytes one read takes in the other direction (requests, uploads): tokio's default.
+pub const FROM_USER_BUFFER: usize = 8 * 1024;
+
+/// A [`TcpStream`] whose reads trust only "would block" as the sign that it is drained, and
+/// whose writes only "would block" as the sign that it is full.
 #[derive(Debug)]
 pub struct DrainingTcp(TcpStream);
 
@@ -96,11 +117,19 @@ impl AsyncRead for DrainingTcp {
 
 impl AsyncWrite for DrainingTcp {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            // `try_write` clears readiness only on WouldBlock, never on a short write.
+            match self.0.try_write(buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -112,11 +141,18 @@ impl AsyncWrite for DrainingTcp {
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write_vectored(bufs) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -165,6 +201,49 @@ mod tests {
         let got = size(&near);
         assert!((96_000..=2 * 96_000).contains(&got), "{got}");
         assert_ne!(got, before);
+    }
+
+    /// Large writes into a socket that a slow reader keeps full are taken whole and in
+    /// order: a write that would block waits for room, and one taken in part leaves the
+    /// rest to the next.
+    #[tokio::test]
+    async fn writes_everything_in_order_to_a_slow_reader() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let want: Vec<u8> = (0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+        let reader = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = s.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    return got;
+                }
+                got.extend_from_slice(&buf[..n]);
+                tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+            }
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let _ = socket2::SockRef::from(&tcp).set_send_buffer_size(16 * 1024);
+        let mut tcp = DrainingTcp::new(tcp);
+        let mut short = 0usize;
+        for chunk in want.chunks(64 * 1024) {
+            let mut rest = chunk;
+            while !rest.is_empty() {
+                let n = tcp.write(rest).await.unwrap();
+                assert!(n > 0);
+                short += usize::from(n < rest.len());
+                rest = &rest[n..];
+            }
+        }
+        tcp.shutdown().await.unwrap();
+        let got = reader.await.unwrap();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "bytes out of order");
+        // The send buffer is far smaller than a write: the socket filled, and writes were
+        // taken in part.
+        assert!(short > 0);
     }
 
     /// What arrives in pieces, with pauses between them, is read whole and in order, and

@@ -269,7 +269,14 @@ async fn relay<C: Linger>(mut conn: C, mut stream: NyxStream, early: &[u8]) {
         conn.abort_on_close();
         return;
     }
-    if let Err(e) = tokio::io::copy_bidirectional(&mut conn, &mut stream).await {
+    if let Err(e) = tokio::io::copy_bidirectional_with_sizes(
+        &mut conn,
+        &mut stream,
+        nyx_node::tcp::FROM_USER_BUFFER,
+        nyx_node::tcp::TOWARD_USER_BUFFER,
+    )
+    .await
+    {
         let from_stream = e
             .get_ref()
             .is_some_and(|inner| inner.downcast_ref::<Error>().is_some());
