@@ -92,6 +92,24 @@ impl DrainingTcp {
     pub fn get_ref(&self) -> &TcpStream {
         &self.0
     }
+
+    /// Write with `write` once the socket is writable, until it takes bytes or fails with
+    /// anything but "would block". tokio's `try_write*` clear the write readiness only on
+    /// WouldBlock, never on a short write.
+    fn poll_write_with(
+        &self,
+        cx: &mut Context<'_>,
+        mut write: impl FnMut(&TcpStream) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match write(&self.0) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
 }
 
 impl AsyncRead for DrainingTcp {
@@ -121,15 +139,7 @@ impl AsyncWrite for DrainingTcp {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.0.poll_write_ready(cx))?;
-            // `try_write` clears readiness only on WouldBlock, never on a short write.
-            match self.0.try_write(buf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.poll_write_with(cx, |tcp| tcp.try_write(buf))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -145,14 +155,7 @@ impl AsyncWrite for DrainingTcp {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write_vectored(bufs) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.poll_write_with(cx, |tcp| tcp.try_write_vectored(bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
