@@ -74,7 +74,7 @@ fn aead(c: &mut Criterion) {
 
 fn keystream(c: &mut Criterion) {
     let mut g = c.benchmark_group("keystream");
-    for size in [64, 1152, 1280] {
+    for size in [64, 1024, 1152, 1280] {
         g.throughput(Throughput::Bytes(size as u64));
         let mut buf = vec![0x5au8; size];
         for backend in backends() {

@@ -82,9 +82,11 @@ fn seal(
         Kernel::Portable => portable::seal(key, nonce, aad, buf, tail, suffix),
         #[cfg(target_arch = "x86_64")]
         Kernel::Simd(kernel) => {
-            use crate::stitched::{NARROW, WIDE, seal, wide_batches};
+            use crate::stitched::{CELL, NARROW, WIDE, one_batch, seal, wide_batches};
             let state = zeroize::Zeroizing::new(crate::chacha20::simd::state(key, nonce));
-            if wide_batches(kernel, 64 + buf.len() + tail.len()) {
+            if one_batch(kernel, 64 + buf.len() + tail.len()) {
+                seal::<CELL>(kernel, &state, aad, buf, tail, suffix)
+            } else if wide_batches(kernel, 64 + buf.len() + tail.len()) {
                 seal::<WIDE>(kernel, &state, aad, buf, tail, suffix)
             } else {
                 seal::<NARROW>(kernel, &state, aad, buf, tail, suffix)

@@ -16,7 +16,8 @@ pub enum Backend {
     Avx2,
     /// As [`Backend::Avx2`], plus AVX-512VL's rotate instruction and its 32 vector
     /// registers, still on 256-bit vectors, and sixteen blocks at a time in 512-bit ones for
-    /// long keystream (x86-64 CPUs with AVX-512: Intel from 2017, AMD from Zen 4).
+    /// long keystream (twenty, the sixteen beside four in 256-bit vectors, for 17-20 blocks)
+    /// (x86-64 CPUs with AVX-512: Intel from 2017, AMD from Zen 4).
     Avx512Vl,
     /// As [`Backend::Avx512Vl`], with Poly1305 four blocks at a time in vector lanes on
     /// AVX-512 IFMA's 52-bit multipliers (Intel from Ice Lake, AMD from Zen 4).

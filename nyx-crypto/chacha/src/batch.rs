@@ -1,4 +1,4 @@
-//! The keystream batches the x86-64 kernels fill: up to sixteen 64-byte blocks, kept in
+//! The keystream batches the x86-64 kernels fill: up to twenty 64-byte blocks, kept in
 //! 32-byte lanes or XORed straight into a message, with Poly1305 riding along.
 
 use zeroize::Zeroize;
@@ -12,7 +12,7 @@ use crate::x86::Simd;
 pub(crate) const MAC_BATCH_BLOCKS: usize = 8;
 
 /// The most blocks one batch holds.
-pub(crate) const MAX_BATCH_BLOCKS: usize = 16;
+pub(crate) const MAX_BATCH_BLOCKS: usize = 20;
 /// Lanes of a batch with room for [`MAX_BATCH_BLOCKS`] (two 32-byte lanes per block).
 pub(crate) const MAX_LANES: usize = 2 * MAX_BATCH_BLOCKS;
 

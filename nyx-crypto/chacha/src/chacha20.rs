@@ -11,8 +11,8 @@ use crate::{Error, KEY_LEN, NONCE_LEN};
 pub(crate) const STREAM_END: u64 = (1u64 << 32) * 64;
 
 /// The ChaCha20 keystream of one (key, nonce), positioned at a byte offset. Applying it
-/// XORs keystream into data and moves the position on; the x86-64 kernels compute four, eight
-/// or sixteen blocks at a time and keep them, so consecutive calls within them cost one
+/// XORs keystream into data and moves the position on; the x86-64 kernels compute four, eight,
+/// sixteen or twenty blocks at a time and keep them, so consecutive calls within them cost one
 /// computation. Key material is wiped on drop and never printed.
 ///
 /// ```
@@ -34,7 +34,7 @@ pub struct ChaCha20 {
     stream: Stream,
 }
 
-/// The backend's keystream. On x86-64 the kernels' variant holds a 1 KiB batch and the
+/// The backend's keystream. On x86-64 the kernels' variant holds a 1.25 KiB batch and the
 /// portable one much less; boxing would allocate, and this crate does not.
 #[allow(clippy::large_enum_variant)]
 enum Stream {
@@ -115,7 +115,7 @@ impl fmt::Debug for ChaCha20 {
     }
 }
 
-/// The keystream on the x86-64 kernels: batches of four, eight or sixteen blocks, the last
+/// The keystream on the x86-64 kernels: batches of four, eight, sixteen or twenty blocks, the last
 /// one kept.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod simd {

@@ -6,7 +6,8 @@
 //! * [`seal_in_place`] / [`open_in_place`]: the AEAD on a buffer in place. On x86-64 with
 //!   AVX2, keystream for eight blocks is computed at a time (one per 32-bit lane of 256-bit
 //!   vectors, or sixteen in 512-bit vectors where that pays; a message's last one to four
-//!   blocks four at a time, two per vector), and Poly1305 is absorbed
+//!   blocks four at a time, two per vector; with AVX-512, a cell-sized keystream or seal of
+//!   17-20 blocks in one batch of twenty), and Poly1305 is absorbed
 //!   *between the ChaCha20 rounds* ("stitching", as in OpenSSL and BoringSSL's assembly): on
 //!   CPUs with AVX-512 IFMA in vector lanes, four blocks at a time; elsewhere on the scalar
 //!   multiplier, which works beside the vector units. On every other CPU (AArch64 among

@@ -1,8 +1,9 @@
 //! The x86-64 kernels: eight ChaCha20 blocks at once, one block per 32-bit lane of 256-bit
 //! vectors, with Poly1305 absorbed between the double rounds; four blocks (two per vector)
 //! for the last one to four blocks a message needs; on AVX-512, sixteen blocks in
-//! 512-bit vectors for long keystream; and on AVX-512 IFMA, Poly1305 itself four blocks at a
-//! time in vector lanes.
+//! 512-bit vectors for long keystream, and twenty (those sixteen beside four of the
+//! two-per-vector kind, their rounds in one loop) for a message of 17-20 blocks, a cell's
+//! size; and on AVX-512 IFMA, Poly1305 itself four blocks at a time in vector lanes.
 //!
 //! Three builds of the same ChaCha20 kernel (one macro): AVX2; AVX2 + AVX-512F +
 //! AVX-512VL, which rotates with one instruction (`vprold`) where AVX2 needs a shuffle or two
@@ -58,9 +59,9 @@ impl Simd {
             .map(|simd| Simd { ifma: true, ..simd })
     }
 
-    /// Keystream blocks from `counter` for `job`: four when `wanted` is at most four,
-    /// sixteen when it asks for more than eight, no MAC rides along and the CPU has 512-bit
-    /// vectors, else eight. The MAC's whole 16-byte blocks are absorbed between the rounds.
+    /// Keystream blocks from `counter` for `job`: four when `wanted` is at most four; when no
+    /// MAC rides along and the CPU has 512-bit vectors, twenty when it asks for 17-20 and
+    /// sixteen when it asks for more than eight; else eight. The MAC's whole 16-byte blocks are absorbed between the rounds.
     /// Returns the number of blocks.
     #[inline]
     pub(crate) fn batch(
@@ -77,6 +78,8 @@ impl Simd {
             // `avx512ifma()`), which saw this CPU report AVX2, AVX-512F and AVX-512VL: every
             // feature `avx512vl::*` enables.
             (true, _) if len == 16 => unsafe { avx512vl::batch16(state, counter, job) },
+            // SAFETY: as for `batch16`.
+            (true, _) if len == 20 => unsafe { avx512vl::batch20(state, counter, job) },
             // SAFETY: `ifma` is true only in a `Simd` made by `avx512ifma()`, which saw this
             // CPU report those features and AVX-512 IFMA: every feature `avx512ifma::*`
             // enables.
@@ -100,6 +103,8 @@ impl Simd {
     pub(crate) fn batch_len(self, wanted: usize, with_mac: bool) -> usize {
         if wanted <= 4 {
             4
+        } else if self.vl && !with_mac && (17..=20).contains(&wanted) {
+            20
         } else if self.vl && !with_mac && wanted > 8 {
             16
         } else {
@@ -112,6 +117,11 @@ impl Simd {
     pub(crate) fn xor(self, keystream: &[u8], data: &mut [u8]) {
         // SAFETY: every `Simd` saw this CPU report AVX2, the one feature `avx2::xor` enables.
         unsafe { avx2::xor(keystream, data) }
+    }
+
+    /// Whether batches of twenty blocks exist (AVX-512VL).
+    pub(crate) fn has_batch20(self) -> bool {
+        self.vl
     }
 
     /// Whether [`Simd::absorb`] and the stitched kernels run Poly1305 in vector lanes.
@@ -338,41 +348,11 @@ macro_rules! kernel {
         /// 1152-byte seal, a seal and open, and a keystream pass (docs/benchmarks.md, session 28).
         #[target_feature(enable = $features)]
         pub(super) fn batch4(state: &[u32; 16], counter: u32, job: &mut Job<'_>) -> usize {
-            let row = |i: usize| {
-                let w = |j: usize| state[4 * i + j] as i32;
-                _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(0), w(1), w(2), w(3))
-            };
-            // Word 12 is the block counter: blocks `counter + 2s` and `counter + 2s + 1` in
-            // set `s` (lower and upper half).
-            let d = |first: u32| {
-                let d = row(3);
-                let c =
-                    _mm256_setr_epi32(first as i32, 0, 0, 0, first.wrapping_add(1) as i32, 0, 0, 0);
-                _mm256_blend_epi32::<0b0001_0001>(d, c)
-            };
-            let mut input = [
-                row(0),
-                row(1),
-                row(2),
-                d(counter),
-                row(0),
-                row(1),
-                row(2),
-                d(counter.wrapping_add(2)),
-            ];
+            let mut input = rows_input(state, counter);
             let mut x = input;
             stitched_rounds!($mac, job, double_round_rows(&mut x));
-            // Feed forward, then block `2s + h` of set `s` (half `h`) is rows 0-1 and 2-3 of
-            // that half: lanes `4s + 2h` and `4s + 2h + 1`.
             let mut lanes = [_mm256_setzero_si256(); 8];
-            for s in 0..2 {
-                let v: [__m256i; 4] =
-                    std::array::from_fn(|r| _mm256_add_epi32(x[4 * s + r], input[4 * s + r]));
-                lanes[4 * s] = _mm256_permute2x128_si256::<0x20>(v[0], v[1]);
-                lanes[4 * s + 1] = _mm256_permute2x128_si256::<0x20>(v[2], v[3]);
-                lanes[4 * s + 2] = _mm256_permute2x128_si256::<0x31>(v[0], v[1]);
-                lanes[4 * s + 3] = _mm256_permute2x128_si256::<0x31>(v[2], v[3]);
-            }
+            rows_output(&x, &input, &mut lanes);
             match job {
                 Job::Keep(out) => out[..8].copy_from_slice(&lanes),
                 Job::Xor(xor) => emit(&mut lanes, xor),
@@ -383,46 +363,102 @@ macro_rules! kernel {
             4
         }
 
+        /// The rows of blocks `counter..counter + 4` for [`batch4`]: set `s` (vectors `4s..4s
+        /// + 4`) holds blocks `counter + 2s` (lower half) and `counter + 2s + 1` (upper half).
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn rows_input(state: &[u32; 16], counter: u32) -> [__m256i; 8] {
+            let row = |i: usize| {
+                let w = |j: usize| state[4 * i + j] as i32;
+                _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(0), w(1), w(2), w(3))
+            };
+            // Word 12 is the block counter.
+            let d = |first: u32| {
+                let d = row(3);
+                let c =
+                    _mm256_setr_epi32(first as i32, 0, 0, 0, first.wrapping_add(1) as i32, 0, 0, 0);
+                _mm256_blend_epi32::<0b0001_0001>(d, c)
+            };
+            [
+                row(0),
+                row(1),
+                row(2),
+                d(counter),
+                row(0),
+                row(1),
+                row(2),
+                d(counter.wrapping_add(2)),
+            ]
+        }
+
+        /// Feed forward the rows, then block `2s + h` of set `s` (half `h`) is rows 0-1 and
+        /// 2-3 of that half: `out[4s + 2h]` and `out[4s + 2h + 1]` of 8 lanes.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn rows_output(x: &[__m256i; 8], input: &[__m256i; 8], out: &mut [__m256i]) {
+            for s in 0..2 {
+                let v: [__m256i; 4] =
+                    std::array::from_fn(|r| _mm256_add_epi32(x[4 * s + r], input[4 * s + r]));
+                out[4 * s] = _mm256_permute2x128_si256::<0x20>(v[0], v[1]);
+                out[4 * s + 1] = _mm256_permute2x128_si256::<0x20>(v[2], v[3]);
+                out[4 * s + 2] = _mm256_permute2x128_si256::<0x31>(v[0], v[1]);
+                out[4 * s + 3] = _mm256_permute2x128_si256::<0x31>(v[2], v[3]);
+            }
+        }
+
         /// A column round on rows `x[0..4]` and `x[4..8]` (two blocks each), then the diagonal
         /// round: rows 1, 2 and 3 rotated left by one, two and three words within each half so
         /// that the diagonals line up as columns, and back.
         #[target_feature(enable = $features)]
         #[inline]
         fn double_round_rows(x: &mut [__m256i; 8]) {
-            rows_round(x);
-            for s in [0, 4] {
-                x[s + 1] = _mm256_shuffle_epi32::<0x39>(x[s + 1]);
-                x[s + 2] = _mm256_shuffle_epi32::<0x4e>(x[s + 2]);
-                x[s + 3] = _mm256_shuffle_epi32::<0x93>(x[s + 3]);
+            for step in 0..4 {
+                rows_step(x, step);
             }
-            rows_round(x);
+            turn_rows::<0x39, 0x93>(x);
+            for step in 0..4 {
+                rows_step(x, step);
+            }
+            turn_rows::<0x93, 0x39>(x);
+        }
+
+        /// Step `step` (0-3) of the quarter round on the four columns of both sets at once:
+        /// an add, an XOR and a rotation on each set, the two sets' steps interleaved.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn rows_step(x: &mut [__m256i; 8], step: usize) {
             for s in [0, 4] {
-                x[s + 1] = _mm256_shuffle_epi32::<0x93>(x[s + 1]);
-                x[s + 2] = _mm256_shuffle_epi32::<0x4e>(x[s + 2]);
-                x[s + 3] = _mm256_shuffle_epi32::<0x39>(x[s + 3]);
+                match step {
+                    0 => {
+                        x[s] = _mm256_add_epi32(x[s], x[s + 1]);
+                        x[s + 3] = rotl16(_mm256_xor_si256(x[s + 3], x[s]));
+                    }
+                    1 => {
+                        x[s + 2] = _mm256_add_epi32(x[s + 2], x[s + 3]);
+                        x[s + 1] = rotl12(_mm256_xor_si256(x[s + 1], x[s + 2]));
+                    }
+                    2 => {
+                        x[s] = _mm256_add_epi32(x[s], x[s + 1]);
+                        x[s + 3] = rotl8(_mm256_xor_si256(x[s + 3], x[s]));
+                    }
+                    _ => {
+                        x[s + 2] = _mm256_add_epi32(x[s + 2], x[s + 3]);
+                        x[s + 1] = rotl7(_mm256_xor_si256(x[s + 1], x[s + 2]));
+                    }
+                }
             }
         }
 
-        /// The quarter round on the four columns of both sets at once, the two sets' steps
-        /// interleaved.
+        /// Rows 1 and 3 of both sets shuffled by `ROW1` and `ROW3` within each half, row 2
+        /// by two words: `<0x39, 0x93>` lines the diagonals up as columns, `<0x93, 0x39>`
+        /// turns them back.
         #[target_feature(enable = $features)]
         #[inline]
-        fn rows_round(x: &mut [__m256i; 8]) {
+        fn turn_rows<const ROW1: i32, const ROW3: i32>(x: &mut [__m256i; 8]) {
             for s in [0, 4] {
-                x[s] = _mm256_add_epi32(x[s], x[s + 1]);
-                x[s + 3] = rotl16(_mm256_xor_si256(x[s + 3], x[s]));
-            }
-            for s in [0, 4] {
-                x[s + 2] = _mm256_add_epi32(x[s + 2], x[s + 3]);
-                x[s + 1] = rotl12(_mm256_xor_si256(x[s + 1], x[s + 2]));
-            }
-            for s in [0, 4] {
-                x[s] = _mm256_add_epi32(x[s], x[s + 1]);
-                x[s + 3] = rotl8(_mm256_xor_si256(x[s + 3], x[s]));
-            }
-            for s in [0, 4] {
-                x[s + 2] = _mm256_add_epi32(x[s + 2], x[s + 3]);
-                x[s + 1] = rotl7(_mm256_xor_si256(x[s + 1], x[s + 2]));
+                x[s + 1] = _mm256_shuffle_epi32::<ROW1>(x[s + 1]);
+                x[s + 2] = _mm256_shuffle_epi32::<0x4e>(x[s + 2]);
+                x[s + 3] = _mm256_shuffle_epi32::<ROW3>(x[s + 3]);
             }
         }
     };
