@@ -4,7 +4,8 @@
 //! * `seal/<backend>/<size>`: one seal in place.
 //! * `seal_open/<backend>/<size>`: one seal and one open of the same buffer, the round a
 //!   cell makes (the 1280-byte target is this at ≥ 1.2 GB/s).
-//! * `keystream/<backend>/<size>`: a fresh ChaCha20 at block 1, XORed over `size` bytes.
+//! * `keystream/<backend>/<size>`: a fresh ChaCha20 at block 1, XORed over `size` bytes;
+//!   `keystream/one_call/<backend>/<size>`: the same through `xor_keystream_with`.
 
 use std::hint::black_box;
 
@@ -86,6 +87,16 @@ fn keystream(c: &mut Criterion) {
                     black_box(buf[0])
                 })
             });
+            g.bench_function(
+                BenchmarkId::new(format!("one_call/{}", backend.name()), size),
+                |b| {
+                    b.iter(|| {
+                        nyx_chacha::xor_keystream_with(backend, &KEY, &NONCE, 64, &mut buf)
+                            .expect("keystream");
+                        black_box(buf[0])
+                    })
+                },
+            );
         }
         g.bench_function(BenchmarkId::new("rustcrypto", size), |b| {
             b.iter(|| {

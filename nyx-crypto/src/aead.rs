@@ -179,9 +179,7 @@ pub(crate) fn xor_keystream_at(
     offset: u64,
     data: &mut [u8],
 ) -> Result<(), Error> {
-    let mut stream = ChaCha20::new(key, nonce);
-    stream.seek(64 + offset);
-    Ok(stream.apply_keystream(data)?)
+    Ok(nyx_chacha::xor_keystream(key, nonce, 64 + offset, data)?)
 }
 
 /// Absorb the two lengths and produce the tag.

@@ -97,6 +97,54 @@ impl ChaCha20 {
     }
 }
 
+/// XOR the keystream for (`key`, `nonce`) from byte `offset` on into `data`, on the fastest
+/// backend: as [`ChaCha20::new`], [`ChaCha20::seek`] and [`ChaCha20::apply_keystream`] in one
+/// call, for a caller that needs the keystream once. From a block's start the x86-64 kernels
+/// XOR each batch straight into `data`, keeping no copy of it. Fails, changing nothing, if
+/// the keystream would run past its 2^32 blocks.
+///
+/// ```
+/// let mut data = [0u8; 100];
+/// nyx_chacha::xor_keystream(&[1; 32], &[2; 12], 64, &mut data)?;
+/// let mut same = [0u8; 164];
+/// nyx_chacha::ChaCha20::new(&[1; 32], &[2; 12]).apply_keystream(&mut same)?;
+/// assert_eq!(data, same[64..]);
+/// # Ok::<(), nyx_chacha::Error>(())
+/// ```
+pub fn xor_keystream(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    offset: u64,
+    data: &mut [u8],
+) -> Result<(), Error> {
+    xor_keystream_with(Backend::detect(), key, nonce, offset, data)
+}
+
+/// [`xor_keystream`] on a chosen backend.
+pub fn xor_keystream_with(
+    backend: Backend,
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    offset: u64,
+    data: &mut [u8],
+) -> Result<(), Error> {
+    stream_end(offset, data.len())?;
+    match backend.kernel() {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Simd(kernel) if offset.is_multiple_of(64) => {
+            let state = zeroize::Zeroizing::new(simd::state(key, nonce));
+            // Below 2^32 whenever `data` is not empty (checked above).
+            simd::xor_from_block(kernel, &state, (offset / 64) as u32, data);
+            Ok(())
+        }
+        _ => {
+            let mut stream = ChaCha20::with_backend(backend, key, nonce);
+            stream.seek(offset);
+            stream.apply_keystream(data)
+        }
+    }
+}
+
 /// Where `len` bytes of keystream from `offset` end, if that is within the stream.
 pub(crate) fn stream_end(offset: u64, len: usize) -> Result<u64, Error> {
     offset
@@ -121,7 +169,7 @@ impl fmt::Debug for ChaCha20 {
 pub(crate) mod simd {
     use zeroize::Zeroizing;
 
-    use crate::batch::{Batch, Job, MAX_BATCH_BLOCKS, blocks_for};
+    use crate::batch::{Batch, Job, MAX_BATCH_BLOCKS, SPILL, Xor, blocks_for, xor_lanes};
     use crate::x86::Simd;
     use crate::{KEY_LEN, NONCE_LEN};
 
@@ -137,6 +185,33 @@ pub(crate) mod simd {
             *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         }
         s
+    }
+
+    /// XOR the keystream from block `first` on into `buf`, each batch straight from the
+    /// kernel (whole 32-byte lanes; a short last lane from the batch's spill). The caller
+    /// has checked that the blocks lie within the stream.
+    pub(crate) fn xor_from_block(kernel: Simd, state: &[u32; 16], first: u32, buf: &mut [u8]) {
+        let len = buf.len();
+        let mut spill = Batch::<SPILL>::new();
+        let (mut at, mut counter) = (0, first);
+        while at < len {
+            let wanted = blocks_for(len - at).min(MAX_BATCH_BLOCKS);
+            let mut job = Job::Xor(Xor {
+                head: None,
+                buf: &mut *buf,
+                at,
+                spill: &mut spill.0,
+                mac: None,
+            });
+            let held = kernel.batch(state, counter, wanted, &mut job);
+            let end = len.min(at + held * 64);
+            let whole = at + (end - at) / 32 * 32;
+            if whole < end {
+                xor_lanes(kernel, &spill.0, 0, &mut buf[whole..end]);
+            }
+            at = end;
+            counter = counter.wrapping_add(held as u32);
+        }
     }
 
     pub(crate) struct Stream {

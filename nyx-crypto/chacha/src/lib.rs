@@ -63,7 +63,7 @@ pub use aead::{
     seal_in_place, seal_in_place_with, seal_in_place_with_suffix, seal_in_place_with_tail,
 };
 pub use backend::Backend;
-pub use chacha20::ChaCha20;
+pub use chacha20::{ChaCha20, xor_keystream, xor_keystream_with};
 pub use error::Error;
 pub use poly1305::Poly1305;
 

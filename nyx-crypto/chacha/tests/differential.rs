@@ -77,6 +77,24 @@ proptest! {
     }
 
     #[test]
+    fn one_call_keystream_matches_reference(
+        key in any::<[u8; 32]>(),
+        nonce in any::<[u8; 12]>(),
+        block in 0u64..80,
+        misalign in prop_oneof![3 => Just(0u64), 1 => 1u64..64],
+        len in length(),
+    ) {
+        // Mostly from a block's start (the kernels' direct path), sometimes not.
+        let offset = block * 64 + misalign;
+        let want = reference_keystream(&key, &nonce, offset, len);
+        for backend in backends() {
+            let mut got = vec![0u8; len];
+            nyx_chacha::xor_keystream_with(backend, &key, &nonce, offset, &mut got).unwrap();
+            prop_assert_eq!(&got, &want, "backend {:?}", backend);
+        }
+    }
+
+    #[test]
     fn seal_and_open_match_reference(
         key in any::<[u8; 32]>(),
         nonce in any::<[u8; 12]>(),
@@ -221,6 +239,17 @@ fn the_end_of_the_keystream() {
         assert_eq!((more, stream.offset()), ([0], end));
         stream.seek(u64::MAX);
         assert!(stream.apply_keystream(&mut more).is_err());
+        // The one-call keystream: the same last blocks from a block's start, and the same
+        // refusal past the end, leaving the data as it was.
+        let mut one = [0u8; 128];
+        nyx_chacha::xor_keystream_with(backend, &key, &nonce, end - 128, &mut one).unwrap();
+        assert_eq!(one, two, "backend {backend:?}");
+        let mut past = [0u8; 65];
+        assert_eq!(
+            nyx_chacha::xor_keystream_with(backend, &key, &nonce, end - 64, &mut past),
+            Err(Error::KeystreamExhausted { offset: end + 1 })
+        );
+        assert_eq!(past, [0u8; 65]);
     }
 }
 
