@@ -17,7 +17,8 @@
 //!   ciphertext when it is opened, in the same pass (NyxNet's forward onion layers: the
 //!   filler their relays append).
 //! * [`ChaCha20`]: the keystream at any byte offset, for constructions that use the
-//!   keystream past a message (NyxNet's onion layers do).
+//!   keystream past a message (NyxNet's onion layers do); [`xor_keystream`] for keystream
+//!   needed once, XORed straight into the data.
 //! * [`Poly1305`]: the one-time authenticator, scalar in radix 2^64 (the AEAD moves it into
 //!   vector lanes and back where that pays).
 //! * [`Backend`]: which kernel runs. The best one the CPU supports is chosen at run time
