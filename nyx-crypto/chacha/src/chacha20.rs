@@ -163,8 +163,8 @@ impl fmt::Debug for ChaCha20 {
     }
 }
 
-/// The keystream on the x86-64 kernels: batches of four, eight, sixteen or twenty blocks, the last
-/// one kept.
+/// The keystream on the x86-64 kernels: batches of four, eight, sixteen or twenty blocks,
+/// the last one kept.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod simd {
     use zeroize::Zeroizing;

@@ -61,8 +61,8 @@ impl Simd {
 
     /// Keystream blocks from `counter` for `job`: four when `wanted` is at most four; when no
     /// MAC rides along and the CPU has 512-bit vectors, twenty when it asks for 17-20 and
-    /// sixteen when it asks for more than eight; else eight. The MAC's whole 16-byte blocks are absorbed between the rounds.
-    /// Returns the number of blocks.
+    /// sixteen when it asks for more than eight; else eight. The MAC's whole 16-byte blocks
+    /// are absorbed between the rounds. Returns the number of blocks.
     #[inline]
     pub(crate) fn batch(
         self,
