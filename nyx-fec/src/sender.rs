@@ -292,6 +292,19 @@ impl Sender {
         self.blocks.iter().any(|b| b.to_send > 0)
     }
 
+    /// Whether the next [`poll_transmit`](Self::poll_transmit) builds a RaptorQ encoder
+    /// before it writes: the block it serves is due a repair symbol and holds no encoder
+    /// (none prepared, or its job is not back). That takes tens of microseconds for a
+    /// one-symbol block and milliseconds for a large one, so a caller holding packets
+    /// already written sends them first: a request's only source symbol must not wait
+    /// for the encoder of its own tail repair.
+    pub fn next_builds_encoder(&self) -> bool {
+        self.blocks
+            .iter()
+            .find(|b| b.to_send > 0)
+            .is_some_and(|b| b.next_esi >= u32::from(b.k) && b.encoder.is_none())
+    }
+
     /// Whether [`write`](Self::write) would accept data now (the window has room, or the
     /// open block does).
     pub fn can_write(&self) -> bool {

@@ -213,6 +213,8 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
     let timer = tokio::time::sleep_until(Instant::now());
     tokio::pin!(timer);
     loop {
+        // Packets were held back this turn because the next one builds an encoder.
+        let mut held = false;
         let (deadline, finished) = {
             let mut s = ep.lock();
             let now = s.now();
@@ -223,6 +225,14 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
                 }
             }
             while out.len() < BATCH {
+                // What this turn wrote leaves before an encoder is built (a request's
+                // source symbol waited ~100 µs for its tail repair's encoder): the
+                // packets go to the driver, the task yields so that it sends them, and
+                // the next turn builds the encoder.
+                if !out.is_empty() && s.mux.next_builds_encoder() {
+                    held = true;
+                    break;
+                }
                 match s.mux.poll_transmit(now, &mut buf) {
                     Some(n) => out.push(arena.copy_of(&buf[..n]).freeze()),
                     None => break,
@@ -266,7 +276,7 @@ pub(super) async fn run(ep: Endpoint, mut port: Port, on_incoming: Option<OnInco
         if finished {
             return end(&ep, DestroyReason::Expired);
         }
-        if full {
+        if full || held {
             tokio::task::yield_now().await;
             continue;
         }

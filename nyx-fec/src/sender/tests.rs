@@ -293,3 +293,56 @@ fn once_the_round_trip_is_known_the_probe_waits_for_it_and_no_longer() {
         Some((rtt + interval) * 2)
     );
 }
+
+#[test]
+fn the_sender_says_when_its_next_packet_builds_an_encoder() {
+    let t0 = Timestamp::from_millis(100);
+    let config = FecConfig {
+        symbol_size: 16,
+        max_block_symbols: 8,
+        ..FecConfig::default()
+    };
+    // A request: one source symbol, then the stream's tail repair.
+    let mut tx = Sender::new(config, t0).unwrap();
+    assert!(!tx.next_builds_encoder(), "nothing written");
+    tx.write(&[9u8; 10], t0).unwrap();
+    tx.finish(t0).unwrap();
+    let mut out = [0u8; 64];
+    assert!(!tx.next_builds_encoder(), "the source symbol goes first");
+    let n = tx.poll_transmit(t0, &mut out).unwrap().unwrap();
+    assert_eq!(SymbolHeader::parse(&out[..n], 16).unwrap().0.esi, 0);
+    assert!(tx.next_builds_encoder(), "its repair needs an encoder");
+    assert_eq!(tx.stats().encoders_inline, 0);
+    let n = tx.poll_transmit(t0, &mut out).unwrap().unwrap();
+    assert!(SymbolHeader::parse(&out[..n], 16).unwrap().0.esi >= 1);
+    assert_eq!(tx.stats().encoders_inline, 1);
+    // Further repair of the same block reuses it; once all is out nothing is due.
+    while tx.has_pending_symbols() {
+        assert!(!tx.next_builds_encoder());
+        tx.poll_transmit(t0, &mut out).unwrap().unwrap();
+    }
+    assert!(!tx.next_builds_encoder());
+    assert_eq!(tx.stats().encoders_inline, 1);
+
+    // A block whose encoder came back from a job builds none inline.
+    let config = FecConfig {
+        symbol_size: 16,
+        max_block_symbols: PREPARE_MIN_SYMBOLS,
+        ..FecConfig::default()
+    };
+    let mut tx = Sender::new(config, t0).unwrap();
+    tx.write(&[3u8; 16 * PREPARE_MIN_SYMBOLS as usize], t0)
+        .unwrap();
+    let job = tx
+        .poll_prepare()
+        .expect("the prior loss estimate plans repair");
+    for _ in 0..PREPARE_MIN_SYMBOLS {
+        tx.poll_transmit(t0, &mut out).unwrap().unwrap();
+    }
+    assert!(tx.has_pending_symbols(), "up-front repair is due");
+    assert!(tx.next_builds_encoder(), "the job is not back");
+    tx.handle_prepared(job.run());
+    assert!(!tx.next_builds_encoder());
+    tx.poll_transmit(t0, &mut out).unwrap().unwrap();
+    assert_eq!(tx.stats().encoders_inline, 0);
+}

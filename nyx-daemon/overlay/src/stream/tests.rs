@@ -762,6 +762,40 @@ fn a_lost_response_is_probed_a_round_trip_later() {
     );
 }
 
+/// A driver asks before each packet whether the next one builds an encoder, and sends what
+/// it holds first: the response's source symbol must not wait for its tail repair's
+/// encoder. Only the packet after it, the tail repair, builds one.
+#[test]
+fn a_responses_source_symbol_is_written_before_its_encoder_is_built() {
+    let t = |ms: u64| Timestamp::from_millis(ms);
+    let (mut client, mut exit, id) = opened_stream();
+    assert!(!exit.next_builds_encoder());
+    assert_eq!(exit.write(id, b"HTTP/1.0 200 OK", t(10)).unwrap(), 15);
+    exit.finish(id, t(10)).unwrap();
+    assert!(!exit.next_builds_encoder(), "the source symbol is first");
+    // What a driver sends before it lets the encoder be built.
+    let mut buf = [0u8; 1200];
+    let mut before = Vec::new();
+    while !exit.next_builds_encoder() {
+        let n = exit
+            .poll_transmit(t(10), &mut buf)
+            .expect("the tail repair is still due");
+        before.push(buf[..n].to_vec());
+    }
+    let rest = drain(&mut exit, t(10));
+    assert!(!rest.is_empty() && !exit.next_builds_encoder());
+    // Those packets alone deliver the response.
+    for p in &before {
+        client.handle_packet(p, t(11)).unwrap();
+    }
+    let mut got = [0u8; 64];
+    assert!(matches!(
+        client.read(id, &mut got),
+        Ok(ReadOutcome::Data(15))
+    ));
+    assert_eq!(&got[..15], b"HTTP/1.0 200 OK");
+}
+
 /// An ACK can be lost without anyone resending it (a bare ACK is not itself acknowledged,
 /// and lost packets have only their control frames queued again). Every later packet that
 /// is acknowledged repeats it: otherwise a sender whose window is full waits for

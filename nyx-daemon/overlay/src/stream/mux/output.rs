@@ -72,6 +72,19 @@ impl StreamMux {
         Some(at)
     }
 
+    /// Whether the next [`poll_transmit`](Self::poll_transmit) may first build a stream's
+    /// RaptorQ encoder ([`Sender::next_builds_encoder`]): tens of microseconds for a small
+    /// block, milliseconds for a large one. A driver that already holds packets from this
+    /// turn sends them before it asks for more, so that a request's source symbol does not
+    /// wait on the hop for its own tail repair's encoder.
+    ///
+    /// [`Sender::next_builds_encoder`]: nyx_fec::Sender::next_builds_encoder
+    pub fn next_builds_encoder(&self) -> bool {
+        self.streams
+            .values()
+            .any(|s| s.reset.is_none() && !s.peer_done && s.tx.next_builds_encoder())
+    }
+
     /// Add every stream's due FEC feedback that fits.
     fn write_feedback(
         &mut self,
