@@ -181,8 +181,13 @@ impl Sender {
         }
         let k = u32::from(block.k);
         let symbol = &mut out[SYMBOL_HEADER_LEN..len];
-        if esi < k {
-            let at = esi as usize * t;
+        // A one-symbol block is repaired by repeating its symbol: any one copy that arrives
+        // recovers it, which no code does better, and it costs no encoder (tens of
+        // microseconds per request or small response otherwise, on a 2-core relay host a
+        // cost on the critical path of every other stream too).
+        let wire_esi = if k == 1 { 0 } else { esi };
+        if wire_esi < k {
+            let at = wire_esi as usize * t;
             symbol.copy_from_slice(&block.data[at..at + t]);
         } else {
             if block.encoder.is_none() {
@@ -204,7 +209,7 @@ impl Sender {
         SymbolHeader {
             seq: self.next_seq,
             block: block.number,
-            esi,
+            esi: wire_esi,
             symbols: block.k,
             tail: block.tail,
         }
@@ -294,15 +299,15 @@ impl Sender {
 
     /// Whether the next [`poll_transmit`](Self::poll_transmit) builds a RaptorQ encoder
     /// before it writes: the block it serves is due a repair symbol and holds no encoder
-    /// (none prepared, or its job is not back). That takes tens of microseconds for a
-    /// one-symbol block and milliseconds for a large one, so a caller holding packets
-    /// already written sends them first: a request's only source symbol must not wait
-    /// for the encoder of its own tail repair.
+    /// (none prepared, or its job is not back; one-symbol blocks never need one). That
+    /// takes tens of microseconds for a small block and milliseconds for a large one, so a
+    /// caller holding packets already written sends them first: a request's source symbols
+    /// must not wait for the encoder of their own tail repair.
     pub fn next_builds_encoder(&self) -> bool {
         self.blocks
             .iter()
             .find(|b| b.to_send > 0)
-            .is_some_and(|b| b.next_esi >= u32::from(b.k) && b.encoder.is_none())
+            .is_some_and(|b| b.k > 1 && b.next_esi >= u32::from(b.k) && b.encoder.is_none())
     }
 
     /// Whether [`write`](Self::write) would accept data now (the window has room, or the

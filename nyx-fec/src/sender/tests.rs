@@ -302,19 +302,21 @@ fn the_sender_says_when_its_next_packet_builds_an_encoder() {
         max_block_symbols: 8,
         ..FecConfig::default()
     };
-    // A request: one source symbol, then the stream's tail repair.
-    let mut tx = Sender::new(config, t0).unwrap();
+    // A request: two source symbols, then the stream's tail repair.
+    let mut tx = Sender::new(config.clone(), t0).unwrap();
     assert!(!tx.next_builds_encoder(), "nothing written");
-    tx.write(&[9u8; 10], t0).unwrap();
+    tx.write(&[9u8; 20], t0).unwrap();
     tx.finish(t0).unwrap();
     let mut out = [0u8; 64];
-    assert!(!tx.next_builds_encoder(), "the source symbol goes first");
-    let n = tx.poll_transmit(t0, &mut out).unwrap().unwrap();
-    assert_eq!(SymbolHeader::parse(&out[..n], 16).unwrap().0.esi, 0);
+    for esi in 0..2 {
+        assert!(!tx.next_builds_encoder(), "the source symbols go first");
+        let n = tx.poll_transmit(t0, &mut out).unwrap().unwrap();
+        assert_eq!(SymbolHeader::parse(&out[..n], 16).unwrap().0.esi, esi);
+    }
     assert!(tx.next_builds_encoder(), "its repair needs an encoder");
     assert_eq!(tx.stats().encoders_inline, 0);
     let n = tx.poll_transmit(t0, &mut out).unwrap().unwrap();
-    assert!(SymbolHeader::parse(&out[..n], 16).unwrap().0.esi >= 1);
+    assert!(SymbolHeader::parse(&out[..n], 16).unwrap().0.esi >= 2);
     assert_eq!(tx.stats().encoders_inline, 1);
     // Further repair of the same block reuses it; once all is out nothing is due.
     while tx.has_pending_symbols() {
@@ -344,5 +346,52 @@ fn the_sender_says_when_its_next_packet_builds_an_encoder() {
     tx.handle_prepared(job.run());
     assert!(!tx.next_builds_encoder());
     tx.poll_transmit(t0, &mut out).unwrap().unwrap();
+    assert_eq!(tx.stats().encoders_inline, 0);
+}
+
+#[test]
+fn a_one_symbol_block_is_repaired_by_repeating_its_symbol() {
+    let t0 = Timestamp::from_millis(100);
+    let config = FecConfig {
+        symbol_size: 16,
+        max_block_symbols: 8,
+        ..FecConfig::default()
+    };
+    let mut tx = Sender::new(config.clone(), t0).unwrap();
+    tx.write(b"GET / HTTP/1.0", t0).unwrap();
+    tx.finish(t0).unwrap();
+    let mut packets = Vec::new();
+    let mut out = [0u8; 64];
+    while let Some(n) = tx.poll_transmit(t0, &mut out).unwrap() {
+        assert!(!tx.next_builds_encoder());
+        packets.push(out[..n].to_vec());
+    }
+    assert!(
+        packets.len() >= 2,
+        "source and tail repair: {}",
+        packets.len()
+    );
+    for p in &packets {
+        let (h, body) = SymbolHeader::parse(p, 16).unwrap();
+        assert_eq!((h.esi, h.symbols), (0, 1));
+        assert_eq!(body, &packets[0][SYMBOL_HEADER_LEN..]);
+    }
+    assert_eq!(tx.stats().encoders_inline, 0);
+    // The first copy lost: the receiver has the request from the second.
+    let mut rx = crate::Receiver::new(config).unwrap();
+    rx.handle_packet(&packets[1], t0).unwrap();
+    let mut got = [0u8; 64];
+    let n = rx.read(&mut got);
+    assert_eq!(&got[..n], b"GET / HTTP/1.0");
+    // A second round (the receiver asks again) repeats it too, without an encoder.
+    let (bytes, n) = request(1);
+    let later = t0.saturating_add(std::time::Duration::from_secs(1));
+    tx.handle_feedback(&bytes[..n], later).unwrap();
+    let mut again = 0;
+    while let Some(n) = tx.poll_transmit(later, &mut out).unwrap() {
+        assert_eq!(SymbolHeader::parse(&out[..n], 16).unwrap().0.esi, 0);
+        again += 1;
+    }
+    assert!(again >= 1);
     assert_eq!(tx.stats().encoders_inline, 0);
 }
