@@ -6,13 +6,18 @@ use super::*;
 use crate::packet::Request;
 use crate::packet::{Feedback, NEEDED_ALL};
 
-/// A sender of one 8-symbol block of 16-byte symbols, written at `now`.
-fn one_block(now: Timestamp) -> Sender {
-    let config = FecConfig {
+/// Blocks of up to 8 symbols of 16 bytes.
+fn small_config() -> FecConfig {
+    FecConfig {
         symbol_size: 16,
         max_block_symbols: 8,
         ..FecConfig::default()
-    };
+    }
+}
+
+/// A sender of one 8-symbol block of 16-byte symbols, written at `now`.
+fn one_block(now: Timestamp) -> Sender {
+    let config = small_config();
     let mut tx = Sender::new(config, now).unwrap();
     tx.write(&[7u8; 128], now).unwrap();
     tx
@@ -297,11 +302,7 @@ fn once_the_round_trip_is_known_the_probe_waits_for_it_and_no_longer() {
 #[test]
 fn the_sender_says_when_its_next_packet_builds_an_encoder() {
     let t0 = Timestamp::from_millis(100);
-    let config = FecConfig {
-        symbol_size: 16,
-        max_block_symbols: 8,
-        ..FecConfig::default()
-    };
+    let config = small_config();
     // A request: two source symbols, then the stream's tail repair.
     let mut tx = Sender::new(config.clone(), t0).unwrap();
     assert!(!tx.next_builds_encoder(), "nothing written");
@@ -352,11 +353,7 @@ fn the_sender_says_when_its_next_packet_builds_an_encoder() {
 #[test]
 fn a_one_symbol_block_is_repaired_by_repeating_its_symbol() {
     let t0 = Timestamp::from_millis(100);
-    let config = FecConfig {
-        symbol_size: 16,
-        max_block_symbols: 8,
-        ..FecConfig::default()
-    };
+    let config = small_config();
     let mut tx = Sender::new(config.clone(), t0).unwrap();
     tx.write(b"GET / HTTP/1.0", t0).unwrap();
     tx.finish(t0).unwrap();
