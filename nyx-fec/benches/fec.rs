@@ -218,7 +218,7 @@ fn controller(c: &mut Criterion) {
         b.iter(|| {
             i = i.wrapping_add(1);
             est.update(250 * i, 250 * i - 12 * i, 11 * i);
-            black_box(ctl.repair_symbols(512, est.loss(), est.burst()))
+            black_box(ctl.repair_symbols(512, est.loss(), est.dispersion()))
         })
     });
     for n in [10, 50, 100, 500] {
@@ -233,7 +233,7 @@ fn controller(c: &mut Criterion) {
                     let mut total = 0;
                     for &(e, r, u) in reports {
                         est.update(e, r, u);
-                        total += ctl.repair_symbols(512, est.loss(), est.burst());
+                        total += ctl.repair_symbols(512, est.loss(), est.dispersion());
                     }
                     black_box(total)
                 })

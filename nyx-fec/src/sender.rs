@@ -224,7 +224,7 @@ impl Sender {
             let repair = self.controller.repair_symbols(
                 block.k,
                 self.estimator.loss(),
-                self.estimator.burst(),
+                self.estimator.dispersion(),
             );
             block.to_send = repair;
             self.stats.decided_blocks += 1;
@@ -258,22 +258,32 @@ impl Sender {
         self.estimator.loss()
     }
 
-    /// The path's loss rate and mean loss run as this stream measured them, once its
-    /// receiver reported enough to count (100 packets); `None` while that is only the
-    /// prior. What a later stream on the same path starts from ([`Self::seed_loss`]).
+    /// The mean length of a run of losses the receiver reported (1 for independent
+    /// losses), and the dispersion of losses the sender currently plans for
+    /// ([`LossEstimator::dispersion`]).
+    ///
+    /// [`LossEstimator::dispersion`]: crate::controller::LossEstimator::dispersion
+    pub fn loss_shape(&self) -> (f64, f64) {
+        (self.estimator.burst(), self.estimator.dispersion())
+    }
+
+    /// The path's loss rate and the dispersion of its losses as this stream measured them,
+    /// once its receiver reported enough to count (100 packets); `None` while that is only
+    /// the prior. What a later stream on the same path starts from ([`Self::seed_loss`]).
     pub fn measured_loss(&self) -> Option<(f64, f64)> {
         self.estimator
             .has_data()
-            .then(|| (self.estimator.loss(), self.estimator.burst()))
+            .then(|| (self.estimator.loss(), self.estimator.dispersion()))
     }
 
-    /// Plan the first blocks for `loss` (with runs of `burst` losses) instead of the
-    /// cautious 5% prior, before any feedback: what an earlier stream on the same path
-    /// measured ([`Self::measured_loss`]). The first feedback takes over as it does from
-    /// the prior. Under Shadow (300 ms round trips) a new stream's first round trip of
-    /// blocks carried up-front repair for the prior's 5% on a loss-free path.
-    pub fn seed_loss(&mut self, loss: f64, burst: f64) {
-        self.estimator.seed(loss, burst);
+    /// Plan the first blocks for `loss` (with losses dispersed as `dispersion` says)
+    /// instead of the cautious 5% prior, before any feedback: what an earlier stream on the
+    /// same path measured ([`Self::measured_loss`]). The first feedback takes over the
+    /// loss rate as it does from the prior; the dispersion stands until this stream has
+    /// measured its own. Under Shadow (300 ms round trips) a new stream's first round trip
+    /// of blocks carried up-front repair for the prior's 5% on a loss-free path.
+    pub fn seed_loss(&mut self, loss: f64, dispersion: f64) {
+        self.estimator.seed(loss, dispersion);
     }
 
     /// The controller's current trim on the loss rate (1 = the model as is).

@@ -144,9 +144,22 @@ fn bursty_reordering_duplicating_and_stepped_channels() {
     s_reorder.jitter = Duration::from_millis(20);
     let mut s_dup = scenario("5% i.i.d. + 10% duplication", Loss::Iid(0.05), 0.05);
     s_dup.duplicate = 0.10;
+    let mut s_batch5 = scenario(
+        "5%, batches of 16 lost whole",
+        Loss::Batches { p: 0.05, run: 16 },
+        0.05,
+    );
+    s_batch5.blocks = 100;
+    let mut s_batch14 = scenario(
+        "14%, batches of 16 lost whole",
+        Loss::Batches { p: 0.14, run: 16 },
+        0.14,
+    );
+    s_batch14.blocks = 100;
     let s_step = step_scenario();
     let mut rows = Vec::new();
-    for (i, s) in [s_b5, s_b20, s_reorder, s_dup, s_step].iter().enumerate() {
+    let all = [s_b5, s_b20, s_batch5, s_batch14, s_reorder, s_dup, s_step];
+    for (i, s) in all.iter().enumerate() {
         let out = simulate(s, 100 + i as u64);
         rows.push(format!("| {}", report(s, &out)));
         // Every scenario stays well within the floor's neighbourhood.

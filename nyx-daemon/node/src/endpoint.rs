@@ -386,6 +386,8 @@ fn report(mux: &StreamMux, exit: bool, now: Timestamp) {
             reset = ?st.reset,
             released = st.released,
             armed = ?st.armed,
+            fec_plan = ?st.fec_plan,
+            fec_repair = ?st.fec_repair,
             "stream state"
         );
     }

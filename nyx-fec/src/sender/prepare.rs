@@ -92,7 +92,7 @@ impl Sender {
     /// give the result to [`handle_prepared`](Self::handle_prepared); a job dropped instead
     /// costs only the inline build it would have saved.
     pub fn poll_prepare(&mut self) -> Option<EncoderJob> {
-        let (loss, burst) = (self.estimator.loss(), self.estimator.burst());
+        let (loss, d) = (self.estimator.loss(), self.estimator.dispersion());
         let symbol_size = self.config.symbol_size;
         let controller = &self.controller;
         let block = self
@@ -104,7 +104,7 @@ impl Sender {
                 !b.preparing
                     && b.encoder.is_none()
                     && b.k >= PREPARE_MIN_SYMBOLS
-                    && controller.repair_symbols(b.k, loss, burst) > 0
+                    && controller.repair_symbols(b.k, loss, d) > 0
             })?;
         block.preparing = true;
         self.stats.encoder_jobs += 1;

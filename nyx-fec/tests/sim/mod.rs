@@ -43,6 +43,9 @@ pub(crate) enum Loss {
     /// Gilbert-Elliott: average loss rate p in bursts of mean length `burst` (all packets
     /// in the bad state are lost, none in the good state).
     Bursty { p: f64, burst: f64 },
+    /// Packets go in batches of `run`, and each batch is lost whole with probability p: a
+    /// firewall that drops a GSO send (nft on the output hook) as one packet.
+    Batches { p: f64, run: u32 },
 }
 
 /// One direction of the channel.
@@ -51,6 +54,8 @@ pub(crate) struct Channel {
     /// (from time, loss model): the model in force changes at these times.
     pub(crate) schedule: Vec<(Duration, Loss)>,
     bad: bool,
+    /// Packets sent so far (for batch boundaries).
+    sent: u64,
     pub(crate) delay: Duration,
     pub(crate) jitter: Duration,
     pub(crate) duplicate: f64,
@@ -62,6 +67,7 @@ impl Channel {
             rng: Rng::new(seed),
             schedule: vec![(Duration::ZERO, loss)],
             bad: false,
+            sent: 0,
             delay: Duration::from_millis(30),
             jitter: Duration::ZERO,
             duplicate: 0.0,
@@ -89,7 +95,14 @@ impl Channel {
                 self.bad = if self.bad { u >= leave } else { u < enter };
                 self.bad
             }
+            Loss::Batches { p, run } => {
+                if self.sent.is_multiple_of(u64::from(run.max(1))) {
+                    self.bad = self.rng.unit() < p;
+                }
+                self.bad
+            }
         };
+        self.sent += 1;
         if lost {
             return Vec::new();
         }

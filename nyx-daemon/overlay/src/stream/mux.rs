@@ -84,8 +84,8 @@ pub struct StreamMux {
     /// The largest receive window a stream of this circuit grew to: where the next one
     /// starts (the streams of a circuit share its path).
     learned_window: u64,
-    /// The loss rate and mean loss run a stream of this circuit measured last: where the
-    /// next one's FEC starts.
+    /// The loss rate and the dispersion of losses a stream of this circuit measured last:
+    /// where the next one's FEC starts.
     learned_loss: Option<(f64, f64)>,
     /// Streams' receivers hand their decodes out as jobs ([`StreamMux::offload_decodes`]).
     offload_decodes: bool,
@@ -250,8 +250,8 @@ impl StreamMux {
     /// trip is updated with every new sample (`settle`). Its receiver hands decodes out as
     /// jobs if the driver asked for that ([`StreamMux::offload_decodes`]).
     fn seed(&self, stream: &mut Stream) {
-        if let Some((loss, burst)) = self.learned_loss {
-            stream.tx.seed_loss(loss, burst);
+        if let Some((loss, dispersion)) = self.learned_loss {
+            stream.tx.seed_loss(loss, dispersion);
         }
         stream.tx.set_rtt(self.sent.rtt().repair_delay());
         if self.offload_decodes {

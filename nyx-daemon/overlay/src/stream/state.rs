@@ -152,7 +152,7 @@ impl Stream {
 }
 
 /// Where one stream stands, for debug reports: counts and flags only, never data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct StreamSnapshot {
     /// The stream.
@@ -187,6 +187,13 @@ pub struct StreamSnapshot {
     pub released: bool,
     /// A reader (writer) waits for readiness.
     pub armed: (bool, bool),
+    /// The loss rate this end's FEC plans its up-front repair for, the mean run of losses
+    /// its peer reported, the dispersion of losses it plans for, and the controller's trim
+    /// on the loss rate (1 = the model as is).
+    pub fec_plan: (f64, f64, f64, f64),
+    /// What this end's FEC sent: up-front repair symbols, repair symbols asked for, and
+    /// blocks that needed a second round.
+    pub fec_repair: (u64, u64, u64),
 }
 
 impl Stream {
@@ -208,6 +215,19 @@ impl Stream {
             reset: self.reset,
             released: self.released,
             armed: (self.read_armed, self.write_armed),
+            fec_plan: {
+                let (burst, dispersion) = self.tx.loss_shape();
+                (
+                    self.tx.estimated_loss(),
+                    burst,
+                    dispersion,
+                    self.tx.redundancy_trim(),
+                )
+            },
+            fec_repair: {
+                let t = self.tx.stats();
+                (t.upfront_repair, t.requested_repair, t.second_round_blocks)
+            },
         }
     }
 }
