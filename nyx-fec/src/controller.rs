@@ -37,7 +37,7 @@ const DISPERSION_HORIZON: f64 = 32.0;
 /// unclamped one such sample kept the estimate high for the next thirty spans (in the
 /// simulation's step from 1% to 15%, 1.122 overhead against 1.096). A real rise is still
 /// followed, by up to this factor per 32 spans. For samples of independent losses (the
-/// estimate times a χ² variable of one degree) the clamp takes off about 2%.
+/// estimate times a χ² variable of one degree) the clamp takes off under 1%.
 const DISPERSION_SAMPLE_GAIN: f64 = 8.0;
 const DISPERSION_SAMPLE_FLOOR: f64 = 16.0;
 const DISPERSION_SAMPLE_MAX: f64 = 1024.0;
