@@ -1,9 +1,11 @@
 //! The x86-64 kernels: eight ChaCha20 blocks at once, one block per 32-bit lane of 256-bit
 //! vectors, with Poly1305 absorbed between the double rounds; four blocks (two per vector)
-//! for the last one to four blocks a message needs; on AVX-512, sixteen blocks in
-//! 512-bit vectors for long keystream, and twenty (those sixteen beside four of the
-//! two-per-vector kind, their rounds in one loop) for a message of 17-20 blocks, a cell's
-//! size; and on AVX-512 IFMA, Poly1305 itself four blocks at a time in vector lanes.
+//! for the last one to four blocks a message needs; on AVX2 alone, twelve (those eight and
+//! four, their rounds in one loop) for the last 9-12 blocks of keystream; on AVX-512,
+//! sixteen blocks in 512-bit vectors for long keystream, and twenty (those sixteen beside
+//! four of the two-per-vector kind, their rounds in one loop) for a message of 17-20
+//! blocks, a cell's size; and on AVX-512 IFMA, Poly1305 itself four blocks at a time in
+//! vector lanes.
 //!
 //! Three builds of the same ChaCha20 kernel (one macro): AVX2; AVX2 + AVX-512F +
 //! AVX-512VL, which rotates with one instruction (`vprold`) where AVX2 needs a shuffle or two
@@ -61,8 +63,14 @@ impl Simd {
 
     /// Keystream blocks from `counter` for `job`: four when `wanted` is at most four; when no
     /// MAC rides along and the CPU has 512-bit vectors, twenty when it asks for 17-20 and
-    /// sixteen when it asks for more than eight; else eight. The MAC's whole 16-byte blocks
-    /// are absorbed between the rounds. Returns the number of blocks.
+    /// sixteen when it asks for more than eight; when no MAC rides along and it has only
+    /// AVX2, twelve when it asks for 9-12 (a cell's 18 blocks are eight, then twelve); else
+    /// eight. The MAC's whole 16-byte blocks are absorbed between the rounds. Returns the
+    /// number of blocks.
+    ///
+    /// An AEAD keeps to eight: a seal of a cell's 19 blocks as twelve, then eight leaves
+    /// more of Poly1305 to run after the rounds, and took 859 ns against 808 for eight,
+    /// eight, four (docs/benchmarks.md, session 42).
     #[inline]
     pub(crate) fn batch(
         self,
@@ -93,6 +101,8 @@ impl Simd {
             // SAFETY: every `Simd` was made by one of the constructors, and all saw this CPU
             // report AVX2, the one feature `avx2::batch4` enables.
             (false, _) if len == 4 => unsafe { avx2::batch4(state, counter, job) },
+            // SAFETY: as for `avx2::batch4`; AVX2 is the one feature `avx2::batch12` enables.
+            (false, _) if len == 12 => unsafe { avx2::batch12(state, counter, job) },
             // SAFETY: as for `avx2::batch4`; AVX2 is the one feature `avx2::batch8` enables.
             (false, _) => unsafe { avx2::batch8(state, counter, job) },
         }
@@ -103,6 +113,8 @@ impl Simd {
     pub(crate) fn batch_len(self, wanted: usize, with_mac: bool) -> usize {
         if wanted <= 4 {
             4
+        } else if !self.vl && !with_mac && (9..=12).contains(&wanted) {
+            12
         } else if self.vl && !with_mac && (17..=20).contains(&wanted) {
             20
         } else if self.vl && !with_mac && wanted > 8 {

@@ -35,12 +35,12 @@ fn reference_seal(key: &[u8; 32], nonce: &[u8; 12], aad: &[u8], msg: &[u8]) -> (
     (ct, tag.into())
 }
 
-/// Lengths around every chunk edge (448, 512 and multiples) and Poly1305's 16, plus random.
+/// Lengths around every chunk edge (448, 512, 576, 768 and multiples) and Poly1305's 16, plus random.
 fn length() -> impl Strategy<Value = usize> {
     prop_oneof![
         prop::sample::select(vec![
-            0usize, 1, 15, 16, 17, 63, 64, 65, 447, 448, 449, 511, 512, 513, 959, 960, 961, 1128,
-            1152, 1280, 1471, 1472, 1473, 2048
+            0usize, 1, 15, 16, 17, 63, 64, 65, 447, 448, 449, 511, 512, 513, 575, 576, 577, 767,
+            768, 769, 959, 960, 961, 1128, 1152, 1279, 1280, 1281, 1471, 1472, 1473, 2048
         ]),
         0usize..2600,
     ]
