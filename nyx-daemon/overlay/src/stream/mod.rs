@@ -220,8 +220,9 @@ pub struct StreamConfig {
     pub max_stream_window: u64,
     /// Streams open at once on one circuit; more are refused (default 256).
     pub max_streams: usize,
-    /// An ACK is sent after this many packets that ask for one (default 32, the most an
-    /// ACK's 64-packet bitmap allows with one ACK lost)...
+    /// An ACK is sent after this many packets that ask for one (default 32, the most a
+    /// short ACK's 64-packet bitmap allows with one ACK lost; an ACK-only packet carries
+    /// the wide form, 512 packets back)...
     ///
     /// Every ACK is a whole cell, and relays forward it on the same host links as the
     /// data going the other way: at one ACK per 8 packets, an eighth of a relay's uplink

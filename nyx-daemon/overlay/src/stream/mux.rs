@@ -374,10 +374,11 @@ impl StreamMux {
         self.events.pop_front()
     }
 
-    /// Whether an ACK must leave before more packets are handled. An ACK reports the
-    /// packets up to 64 below its largest; packets that arrive after the last ACK beyond
-    /// that width would never be reported, and the peer would declare them lost (on
-    /// loopback, batches of 128 packets made it declare 18% of a loss-free transfer lost).
+    /// Whether an ACK must leave before more packets are handled. The short ACK a full
+    /// data packet carries reports the packets up to 64 below its largest; packets that
+    /// arrive after the last ACK beyond that width would never be reported, and the peer
+    /// would declare them lost (on loopback, batches of 128 packets made it declare 18% of
+    /// a loss-free transfer lost).
     /// A driver that handles packets in batches calls [`poll_transmit`](Self::poll_transmit)
     /// as soon as this is true.
     pub fn ack_urgent(&self) -> bool {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nyx_core::Timestamp;
 
-use super::wire::{ACK_BITMAP_BITS, Ack, Control};
+use super::wire::{ACK_WIDE_BITS, ACK_WORDS, Ack, Control};
 
 /// A packet is declared lost when this many later packets were acknowledged...
 const PACKET_THRESHOLD: u32 = 8;
@@ -190,7 +190,7 @@ impl SentPackets {
             return None;
         }
         let mut out = Settled::default();
-        let lowest = ack.largest.saturating_sub(ACK_BITMAP_BITS).max(self.base);
+        let lowest = ack.largest.saturating_sub(ACK_WIDE_BITS).max(self.base);
         for pn in lowest..=ack.largest {
             if !ack.covers(pn) {
                 continue;
@@ -308,7 +308,9 @@ impl SentPackets {
 pub(super) struct AckState {
     largest: Option<u32>,
     largest_at: Timestamp,
-    bitmap: u64,
+    /// Packets below the largest, as an [`Ack`] reports them (wide: a short ACK sends the
+    /// first word).
+    bitmap: [u64; ACK_WORDS],
     /// Ack-eliciting packets received since the last ACK sent.
     pending: u32,
     /// When the first of them arrived.
@@ -326,13 +328,7 @@ impl AckState {
                 true
             }
             Some(l) if pn > l => {
-                let shift = pn - l;
-                self.bitmap = if shift > ACK_BITMAP_BITS {
-                    0
-                } else {
-                    // The old largest becomes bit shift-1.
-                    (self.bitmap << 1 | 1).checked_shl(shift - 1).unwrap_or(0)
-                };
+                shift_in(&mut self.bitmap, pn - l);
                 self.largest = Some(pn);
                 self.largest_at = now;
                 true
@@ -340,12 +336,13 @@ impl AckState {
             Some(l) if pn == l => false,
             Some(l) => {
                 let d = l - pn;
-                if d > ACK_BITMAP_BITS {
+                if d > ACK_WIDE_BITS {
                     true // too old to tell; count it as new
                 } else {
-                    let bit = 1u64 << (d - 1);
-                    let fresh = self.bitmap & bit == 0;
-                    self.bitmap |= bit;
+                    let i = (d - 1) as usize;
+                    let bit = 1u64 << (i % 64);
+                    let fresh = self.bitmap[i / 64] & bit == 0;
+                    self.bitmap[i / 64] |= bit;
                     fresh
                 }
             }
@@ -393,6 +390,28 @@ impl AckState {
             delay: now.saturating_duration_since(self.largest_at),
             bitmap: self.bitmap,
         })
+    }
+}
+
+/// The largest received moved up by `shift`: every bit `i` becomes bit `i + shift` (bits
+/// beyond the bitmap are forgotten), and the old largest becomes bit `shift - 1`.
+fn shift_in(bitmap: &mut [u64; ACK_WORDS], shift: u32) {
+    let (words, bits) = ((shift / 64) as usize, shift % 64);
+    for j in (0..ACK_WORDS).rev() {
+        bitmap[j] = match j.checked_sub(words) {
+            None => 0,
+            Some(from) => {
+                let carry = match from.checked_sub(1) {
+                    Some(below) if bits > 0 => bitmap[below] >> (64 - bits),
+                    _ => 0,
+                };
+                bitmap[from] << bits | carry
+            }
+        };
+    }
+    let old = (shift - 1) as usize;
+    if old < 64 * ACK_WORDS {
+        bitmap[old / 64] |= 1 << (old % 64);
     }
 }
 

@@ -13,7 +13,11 @@
 //! MAX_DATA 0x08  stream u32 || max offset u64
 //! PING     0x09
 //! DONE     0x0a  stream u32            (every byte up to the peer's FIN was read)
+//! ACK_WIDE 0x0b  largest u32 || delay u16 || bitmap u64 x 8 (bit i of word w: largest-1-64w-i)
 //! ```
+//!
+//! ACK and ACK_WIDE say the same thing over different spans: a packet with room for the
+//! wide one (every ACK-only packet) carries it, a full data packet the short one.
 //!
 //! All integers are big-endian. Stream ids are never 0.
 
@@ -29,8 +33,15 @@ pub const ACK_LEN: usize = 15;
 pub const CARRIER_HEADER_LEN: usize = 7;
 /// Longest OPEN target.
 pub const MAX_TARGET_LEN: usize = 255;
-/// Packets below the largest an ACK can describe.
+/// Packets below the largest a short ACK can describe.
 pub const ACK_BITMAP_BITS: u32 = 64;
+/// 64-bit words of an [`Ack`]'s bitmap (an ACK_WIDE frame carries them all, an ACK the
+/// first).
+pub const ACK_WORDS: usize = 8;
+/// Packets below the largest an ACK_WIDE frame can describe.
+pub const ACK_WIDE_BITS: u32 = 64 * ACK_WORDS as u32;
+/// Bytes of an ACK_WIDE frame.
+pub const ACK_WIDE_LEN: usize = 7 + 8 * ACK_WORDS;
 
 const ACK: u8 = 0x01;
 const SYMBOL: u8 = 0x02;
@@ -42,6 +53,7 @@ const RESET: u8 = 0x07;
 const MAX_DATA: u8 = 0x08;
 const PING: u8 = 0x09;
 const DONE: u8 = 0x0a;
+const ACK_WIDE: u8 = 0x0b;
 
 /// An acknowledgement of received packets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +62,9 @@ pub struct Ack {
     pub largest: u32,
     /// How long the receiver held the acknowledgement after `largest` arrived.
     pub delay: Duration,
-    /// Bit `i` set: packet `largest - 1 - i` was received.
-    pub bitmap: u64,
+    /// Bit `i` of word `w` set: packet `largest - 1 - 64 w - i` was received. A short ACK
+    /// carries word 0 only (the others read as zero: not reported).
+    pub bitmap: [u64; ACK_WORDS],
 }
 
 impl Ack {
@@ -61,7 +74,10 @@ impl Ack {
             return true;
         }
         match self.largest.checked_sub(pn) {
-            Some(d) if (1..=ACK_BITMAP_BITS).contains(&d) => self.bitmap & (1 << (d - 1)) != 0,
+            Some(d) if (1..=ACK_WIDE_BITS).contains(&d) => {
+                let i = (d - 1) as usize;
+                self.bitmap[i / 64] >> (i % 64) & 1 != 0
+            }
             _ => false,
         }
     }
@@ -193,14 +209,29 @@ pub fn write_header(out: &mut [u8], pn: u32) -> usize {
     PACKET_HEADER_LEN
 }
 
-/// Write an ACK at `at`; returns the new offset.
+/// Write `ack` at `at` as a short ACK (its first 64 packets below the largest); returns
+/// the new offset.
 pub fn write_ack(out: &mut [u8], at: usize, ack: &Ack) -> usize {
+    write_ack_words(out, at, ack, ACK, 1)
+}
+
+/// Write `ack` at `at` as an ACK_WIDE frame (all [`ACK_WIDE_BITS`] packets below the
+/// largest); returns the new offset.
+pub fn write_ack_wide(out: &mut [u8], at: usize, ack: &Ack) -> usize {
+    write_ack_words(out, at, ack, ACK_WIDE, ACK_WORDS)
+}
+
+fn write_ack_words(out: &mut [u8], at: usize, ack: &Ack, kind: u8, words: usize) -> usize {
     let units = u16::try_from(ack.delay.as_micros() / 10).unwrap_or(u16::MAX);
-    out[at] = ACK;
+    out[at] = kind;
     out[at + 1..at + 5].copy_from_slice(&ack.largest.to_be_bytes());
     out[at + 5..at + 7].copy_from_slice(&units.to_be_bytes());
-    out[at + 7..at + 15].copy_from_slice(&ack.bitmap.to_be_bytes());
-    at + ACK_LEN
+    let mut end = at + 7;
+    for word in &ack.bitmap[..words] {
+        out[end..end + 8].copy_from_slice(&word.to_be_bytes());
+        end += 8;
+    }
+    end
 }
 
 /// Write a PING at `at`.
@@ -318,13 +349,22 @@ fn stream_id(b: &[u8]) -> Result<StreamId, WireError> {
 
 fn parse_frame(kind: u8, b: &[u8]) -> Result<(Frame<'_>, &[u8]), WireError> {
     match kind {
-        ACK => {
-            let (h, rest) = take(b, ACK_LEN - 1, "ACK")?;
+        ACK | ACK_WIDE => {
+            let (len, what) = if kind == ACK {
+                (ACK_LEN, "ACK")
+            } else {
+                (ACK_WIDE_LEN, "ACK_WIDE")
+            };
+            let (h, rest) = take(b, len - 1, what)?;
             let units = u16::from_be_bytes([h[4], h[5]]);
+            let mut bitmap = [0u64; ACK_WORDS];
+            for (word, bytes) in bitmap.iter_mut().zip(h[6..].chunks_exact(8)) {
+                *word = be64(bytes);
+            }
             let ack = Ack {
                 largest: be32(h),
                 delay: Duration::from_micros(u64::from(units) * 10),
-                bitmap: be64(&h[6..]),
+                bitmap,
             };
             Ok((Frame::Ack(ack), rest))
         }

@@ -57,8 +57,15 @@ impl StreamMux {
             || (self.acks.has_pending()
                 && self.acks.due(now, self.config.ack_every, self.ack_delay()));
         if ack_now && at + wire::ACK_LEN <= out.len() {
+            // The wide form where it fits (an ACK-only packet always has room): it reports
+            // 512 packets back, so even several lost ACKs in a row leave nothing the sender
+            // must take for lost. A full data packet carries the short one.
             if let Some(ack) = self.acks.take(now) {
-                at = wire::write_ack(out, at, &ack);
+                at = if at + wire::ACK_WIDE_LEN <= out.len() {
+                    wire::write_ack_wide(out, at, &ack)
+                } else {
+                    wire::write_ack(out, at, &ack)
+                };
             }
         } else if !in_flight {
             return None;

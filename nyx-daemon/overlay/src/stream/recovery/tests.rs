@@ -18,10 +18,49 @@ fn ack_state_builds_the_bitmap_and_spots_duplicates() {
     let got: Vec<u32> = (0..=7).filter(|&pn| ack.covers(pn)).collect();
     assert_eq!(got, vec![0, 1, 2, 4, 5, 7]);
     assert!(!a.has_pending());
-    // A jump beyond the bitmap forgets the old packets.
+    // A jump within the bitmap keeps the old packets...
     a.on_packet(200, true, t(4));
     let ack = a.take(t(4)).unwrap();
-    assert_eq!((ack.largest, ack.bitmap), (200, 0));
+    assert_eq!(ack.largest, 200);
+    let got: Vec<u32> = (0..200).filter(|&pn| ack.covers(pn)).collect();
+    assert_eq!(got, vec![0, 1, 2, 4, 5, 7]);
+    // ...and a jump beyond it forgets them.
+    a.on_packet(200 + 513, true, t(4));
+    assert_eq!(a.take(t(4)).unwrap().bitmap, [0; ACK_WORDS]);
+}
+
+/// Whatever order packets arrive in, the ACK reports exactly the packets received among
+/// the 512 below the largest, and a packet is fresh exactly once.
+#[test]
+fn ack_state_matches_a_set_of_received_packets() {
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+    proptest!(|(steps in proptest::collection::vec((0u32..3, 0u32..700), 1..300))| {
+        let mut a = AckState::default();
+        let mut seen = BTreeSet::new();
+        let mut pn = 1_000u32;
+        for (kind, n) in steps {
+            // Mostly forward by a little, sometimes a jump, sometimes back (late or duplicate).
+            pn = match kind {
+                0 => pn + n % 70,
+                1 => pn + n,
+                _ => pn.saturating_sub(n),
+            };
+            let fresh = a.on_packet(pn, true, t(1));
+            let largest = *seen.last().unwrap_or(&pn);
+            // Packets older than the bitmap cannot be told apart and count as fresh.
+            let told = pn + ACK_WIDE_BITS >= largest;
+            prop_assert_eq!(fresh, !seen.contains(&pn) || !told, "pn {}", pn);
+            seen.insert(pn);
+            let ack = a.take(t(1)).unwrap();
+            let top = *seen.last().unwrap();
+            prop_assert_eq!(ack.largest, top);
+            for q in top.saturating_sub(ACK_WIDE_BITS + 8)..=top + 1 {
+                let expect = seen.contains(&q) && q + ACK_WIDE_BITS >= top;
+                prop_assert_eq!(ack.covers(q), expect, "pn {} largest {}", q, top);
+            }
+        }
+    });
 }
 
 #[test]
@@ -78,10 +117,10 @@ fn acks_settle_packets_measure_rtt_and_find_losses() {
     }
     assert_eq!(s.in_flight(), 20);
     // Everything but 3 and 19 arrives; the ACK leaves at 30 ms, delay 1 ms.
-    let mut bitmap = 0u64;
+    let mut bitmap = [0u64; ACK_WORDS];
     for pn in 0..18u32 {
         if pn != 3 {
-            bitmap |= 1 << (18 - 1 - pn);
+            bitmap[0] |= 1 << (18 - 1 - pn);
         }
     }
     let ack = Ack {
@@ -115,7 +154,7 @@ fn the_time_threshold_finds_a_lost_tail() {
     let ack = Ack {
         largest: 2,
         delay: Duration::ZERO,
-        bitmap: 0b10, // 0 arrived, 1 did not
+        bitmap: [0b10, 0, 0, 0, 0, 0, 0, 0], // 0 arrived, 1 did not
     };
     let first = s.on_ack(&ack, t(11)).unwrap();
     assert_eq!((first.acked, first.lost), (2, 0), "1 is only 1 behind");

@@ -23,7 +23,8 @@ proptest! {
         pn in any::<u32>(),
         largest in any::<u32>(),
         delay_units in any::<u16>(),
-        bitmap in any::<u64>(),
+        bitmap in any::<[u64; ACK_WORDS]>(),
+        wide in any::<bool>(),
         controls in proptest::collection::vec(control(), 0..4),
         body in proptest::collection::vec(any::<u8>(), 0..600),
         stream in 1u32..,
@@ -35,7 +36,18 @@ proptest! {
             bitmap,
         };
         let mut at = write_header(&mut out, pn);
-        at = write_ack(&mut out, at, &ack);
+        let end = if wide {
+            write_ack_wide(&mut out, at, &ack)
+        } else {
+            write_ack(&mut out, at, &ack)
+        };
+        prop_assert_eq!(end - at, if wide { ACK_WIDE_LEN } else { ACK_LEN });
+        at = end;
+        // A short ACK carries the first word only; the rest reads as not reported.
+        let mut sent = ack;
+        if !wide {
+            sent.bitmap[1..].fill(0);
+        }
         for c in &controls {
             let end = write_control(&mut out, at, c);
             prop_assert_eq!(end - at, c.len());
@@ -52,7 +64,7 @@ proptest! {
         let (got_pn, frames) = parse_packet(&out[..at]).unwrap();
         prop_assert_eq!(got_pn, pn);
         let frames: Vec<_> = frames.collect::<Result<_, _>>().unwrap();
-        let mut expect = vec![Frame::Ack(ack)];
+        let mut expect = vec![Frame::Ack(sent)];
         expect.extend(controls.iter().cloned().map(Frame::Control));
         expect.push(Frame::Ping);
         expect.push(Frame::Symbol { stream: StreamId(stream), packet: &body });
@@ -105,10 +117,12 @@ fn truncation_and_bad_fields_are_typed() {
 
 #[test]
 fn ack_covers_largest_and_bitmap_only() {
+    let mut bitmap = [0; ACK_WORDS];
+    bitmap[0] = 0b101;
     let ack = Ack {
         largest: 100,
         delay: Duration::ZERO,
-        bitmap: 0b101,
+        bitmap,
     };
     assert!(ack.covers(100));
     assert!(ack.covers(99));
@@ -119,8 +133,60 @@ fn ack_covers_largest_and_bitmap_only() {
     let low = Ack {
         largest: 0,
         delay: Duration::ZERO,
-        bitmap: u64::MAX,
+        bitmap: [u64::MAX; ACK_WORDS],
     };
     assert!(low.covers(0));
     assert!(!low.covers(u32::MAX));
+    // Word w, bit i: packet largest - 1 - 64 w - i, up to 512 back and no further.
+    let mut bitmap = [0; ACK_WORDS];
+    bitmap[1] = 1 << 3;
+    bitmap[7] = 1 << 63;
+    let wide = Ack {
+        largest: 1000,
+        delay: Duration::ZERO,
+        bitmap,
+    };
+    let got: Vec<u32> = (0..1000).filter(|&pn| wide.covers(pn)).collect();
+    assert_eq!(got, vec![1000 - 512, 1000 - 1 - 64 - 3]);
+    let all = Ack {
+        largest: 1000,
+        ..low
+    };
+    assert!(!all.covers(1000 - 513));
+}
+
+#[test]
+fn a_wide_ack_says_what_its_short_form_says_and_more() {
+    let mut bitmap = [0; ACK_WORDS];
+    bitmap[0] = 0xdead_beef;
+    bitmap[5] = 0x1234;
+    let ack = Ack {
+        largest: 7_000,
+        delay: Duration::from_micros(120),
+        bitmap,
+    };
+    let mut out = [0u8; 128];
+    let short = write_ack(&mut out, 0, &ack);
+    let wide = write_ack_wide(&mut out, short, &ack);
+    assert_eq!((short, wide), (ACK_LEN, ACK_LEN + ACK_WIDE_LEN));
+    assert_eq!((out[0], out[ACK_LEN]), (ACK, ACK_WIDE));
+    let mut packet = vec![0, 0, 0, 1];
+    packet.extend_from_slice(&out[..wide]);
+    let frames: Vec<_> = parse_packet(&packet).unwrap().1.collect();
+    let (Ok(Frame::Ack(a)), Ok(Frame::Ack(b))) = (&frames[0], &frames[1]) else {
+        panic!("{frames:?}");
+    };
+    for pn in 6_000..=7_000 {
+        if (7_000 - 64..=7_000).contains(&pn) {
+            assert_eq!(a.covers(pn), b.covers(pn), "{pn}");
+        } else {
+            assert!(!a.covers(pn), "{pn}");
+        }
+        assert_eq!(b.covers(pn), ack.covers(pn), "{pn}");
+    }
+    assert_eq!(*b, ack);
+    // One byte short of a whole ACK_WIDE is a typed error.
+    packet.truncate(packet.len() - 1);
+    let last = parse_packet(&packet).unwrap().1.nth(1).unwrap();
+    assert_eq!(last, Err(WireError::Truncated { what: "ACK_WIDE" }));
 }
