@@ -19,11 +19,13 @@
 //!   round trip, initiator identity hidden from observers).
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
 //!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
-//!   trip, sealing and opening in place.
+//!   trip, sealing and opening in place (the cipher from `ring`, whose assembly is faster
+//!   for whole datagrams).
 //! * [`onion`]: fixed-size onion cells for circuits of up to three relays, keyed by the hop
 //!   handshake: layers removed and added in place, bitwise unlinkable across hops, modified
 //!   cells caught by the next hop, replays refused per hop.
-//! * [`aead`]: the ChaCha20-Poly1305 all of the above use, in place and allocation-free; the
+//! * [`aead`]: the ChaCha20-Poly1305 the handshakes and onion layers use, in place and
+//!   allocation-free, with the partial keystreams and suffixed tags the onion needs; the
 //!   cipher itself is the `nyx-chacha` crate (SIMD kernels chosen at run time: the one place
 //!   unsafe code is allowed, which is why it is a crate of its own).
 //!

@@ -27,7 +27,8 @@
 //! receiver keeps the previous key for a short grace period for reordered packets.
 //!
 //! Sealing and opening work in place on the caller's buffer (e.g. a pooled cell) and allocate
-//! nothing.
+//! nothing. The cipher is ChaCha20-Poly1305 from `ring` (`datagram_aead`), the same cipher
+//! [`crate::aead`] implements, faster for whole datagrams.
 //!
 //! ```
 //! use nyx_core::Timestamp;
@@ -57,7 +58,7 @@ use sha2::Sha256;
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 use crate::Error;
-use crate::aead::{self, NONCE_LEN};
+use crate::aead::NONCE_LEN;
 use crate::replay::ReplayWindow;
 
 /// Bytes before the payload: epoch byte (1) and packet number (8).
@@ -256,7 +257,7 @@ impl Session {
         header[0] = (self.send.epoch as u8).wrapping_add(self.send_offset);
         header[1..].copy_from_slice(&pn.to_be_bytes());
         let (payload, rest) = rest.split_at_mut(len);
-        let tag = aead::seal_in_place(&self.send.raw, &nonce(pn), header, payload)?;
+        let tag = datagram_aead::seal(&self.send.raw, nonce(pn), header, payload)?;
         rest[..TAG_LEN].copy_from_slice(&tag);
         self.next_pn += 1;
         self.send_packets += 1;
@@ -265,7 +266,9 @@ impl Session {
     }
 
     /// Authenticate and decrypt the datagram in `buf` in place; returns where the payload is.
-    /// A packet is accepted at most once; packets that fail change no state.
+    /// A packet is accepted at most once; packets that fail change no state of the session,
+    /// but one that fails authentication leaves its payload bytes zeroed (no unauthenticated
+    /// plaintext stays behind): to try another session, restore the datagram first.
     pub fn open(&mut self, now: Timestamp, buf: &mut [u8]) -> Result<Range<usize>, Error> {
         if buf.len() < OVERHEAD {
             return Err(Error::Truncated {
@@ -360,7 +363,7 @@ fn open_with(
     payload: &mut [u8],
     tag: &[u8],
 ) -> Result<(), Error> {
-    aead::open_in_place(&key.raw, &nonce(pn), header, payload, tag)
+    datagram_aead::open(&key.raw, nonce(pn), header, payload, tag)
 }
 
 impl fmt::Debug for Session {
@@ -374,5 +377,6 @@ impl fmt::Debug for Session {
     }
 }
 
+mod datagram_aead;
 #[cfg(test)]
 mod tests;

@@ -92,13 +92,17 @@ impl UdpEngine {
             Err(_) => {
                 // Perhaps a later handshake from this address completed: the initiator's
                 // next attempt after a lost WELCOME, or a restarted peer. Newest first. (A
-                // failed open changes neither the session nor the buffer.)
+                // failed open changes no session but zeroes the payload, so each try starts
+                // from the datagram as received, still in the socket's buffer.)
                 let opened = link
                     .pending
                     .iter_mut()
                     .enumerate()
                     .rev()
-                    .find_map(|(i, p)| p.session.open(now, &mut buf).ok().map(|r| (i, r)));
+                    .find_map(|(i, p)| {
+                        buf.copy_from_slice(body);
+                        p.session.open(now, &mut buf).ok().map(|r| (i, r))
+                    });
                 let Some((i, range)) = opened else {
                     self.stats.dropped_auth += 1;
                     link.stats.dropped_auth += 1;
