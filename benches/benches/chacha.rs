@@ -1,5 +1,6 @@
-//! nyx-chacha's hot paths on every backend this CPU runs, with RustCrypto's crates as the
-//! baseline in the same run (`openssl speed` figures go beside them in docs/benchmarks.md).
+//! nyx-chacha's hot paths on every backend this CPU runs, with RustCrypto's crates and ring's
+//! ChaCha20-Poly1305 (what the link sessions seal datagrams with) as baselines in the same run
+//! (`openssl speed` figures go beside them in docs/benchmarks.md).
 //!
 //! * `seal/<backend>/<size>`: one seal in place.
 //! * `seal_open/<backend>/<size>`: one seal and one open of the same buffer, the round a
@@ -56,6 +57,34 @@ fn aead(c: &mut Criterion) {
                 reference
                     .encrypt_inout_detached(&nonce, b"", buf.as_mut_slice().into())
                     .expect("seal")
+            })
+        });
+        let ring_key = ring::aead::LessSafeKey::new(
+            ring::aead::UnboundKey::new(&ring::aead::CHACHA20_POLY1305, &KEY).expect("key"),
+        );
+        let ring_nonce = || ring::aead::Nonce::assume_unique_for_key(NONCE);
+        g.bench_function(BenchmarkId::new("seal/ring", size), |b| {
+            b.iter(|| {
+                ring_key
+                    .seal_in_place_separate_tag(ring_nonce(), ring::aead::Aad::empty(), &mut buf)
+                    .expect("seal")
+            })
+        });
+        g.bench_function(BenchmarkId::new("seal_open/ring", size), |b| {
+            b.iter(|| {
+                let tag = ring_key
+                    .seal_in_place_separate_tag(ring_nonce(), ring::aead::Aad::empty(), &mut buf)
+                    .expect("seal");
+                ring_key
+                    .open_in_place_separate_tag(
+                        ring_nonce(),
+                        ring::aead::Aad::empty(),
+                        tag,
+                        &mut buf,
+                        0..,
+                    )
+                    .expect("open");
+                black_box(buf[0])
             })
         });
         g.bench_function(BenchmarkId::new("seal_open/rustcrypto", size), |b| {
