@@ -20,7 +20,7 @@
 //! * [`session`]: ChaCha20-Poly1305 datagram sessions with explicit 64-bit packet numbers,
 //!   direction-separated keys, a replay window ([`replay`]) and rekeying without a round
 //!   trip, sealing and opening in place (the cipher from `ring`, whose assembly is faster
-//!   for whole datagrams).
+//!   for whole datagrams, or from nyx-chacha where its AVX-512 IFMA backend is).
 //! * [`onion`]: fixed-size onion cells for circuits of up to three relays, keyed by the hop
 //!   handshake: layers removed and added in place, bitwise unlinkable across hops, modified
 //!   cells caught by the next hop, replays refused per hop.
