@@ -37,7 +37,8 @@ use crate::aead::NONCE_LEN;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Implementation {
     Ring,
-    /// nyx-chacha on its AVX-512 IFMA backend.
+    /// nyx-chacha on its AVX-512 IFMA backend (chosen only where the CPU has it; elsewhere,
+    /// which only the tests ask for, nyx-chacha runs its portable backend instead).
     NyxChacha,
 }
 
