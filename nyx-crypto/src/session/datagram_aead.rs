@@ -7,8 +7,8 @@
 //!   0.99-1.08 on an AVX2 machine (docs/benchmarks.md, session 45);
 //! * nyx-chacha (the crate's [`crate::aead`] cipher) where its AVX-512 IFMA backend runs: its
 //!   512-bit keystream and vector Poly1305 sealed the same datagram in 0.49-0.53 µs against
-//!   ring's 0.63-0.72, and opened it in 0.57-0.59 against 0.67-0.77 (session 46): ring 0.17
-//!   has no AVX-512 code.
+//!   ring's 0.63-0.72, and opened it in 0.57-0.59 against 0.67-0.77 (session 46), where ring
+//!   0.17 runs its AVX2 code.
 //!
 //! Both compute the same bytes (tested below for any input), so the wire does not depend
 //! on which one a node runs, and the choice is made once per process. The onion layers
